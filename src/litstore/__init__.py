@@ -1,0 +1,57 @@
+"""litstore: a keyed, versioned dataset on LitData's chunk format.
+
+>>> import litstore
+>>> store = litstore.Store.create("data/pets", key="id", splits=litstore.HashSplit(train=0.9, val=0.1))
+>>> version = store.append([{"id": "cat-1", "label": 0}])
+>>> store["cat-1"]["label"]
+0
+"""
+
+from litstore.errors import (
+    ConflictError,
+    DuplicateKeyError,
+    IntegrityError,
+    InvalidRecordError,
+    KeyFieldError,
+    KeyNotFoundError,
+    LitstoreError,
+    QueryError,
+    SchemaError,
+    SplitError,
+    StorageError,
+    StoreExistsError,
+    StoreNotFoundError,
+    VerificationError,
+    VersionNotFoundError,
+)
+from litstore.models import FieldSplit, HashSplit, StoreConfig, Version
+from litstore.store import Snapshot, Store, open
+from litstore.verify import VerifyReport
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ConflictError",
+    "DuplicateKeyError",
+    "FieldSplit",
+    "HashSplit",
+    "IntegrityError",
+    "InvalidRecordError",
+    "KeyFieldError",
+    "KeyNotFoundError",
+    "LitstoreError",
+    "QueryError",
+    "SchemaError",
+    "Snapshot",
+    "SplitError",
+    "StorageError",
+    "Store",
+    "StoreConfig",
+    "StoreExistsError",
+    "StoreNotFoundError",
+    "VerificationError",
+    "Version",
+    "VersionNotFoundError",
+    "VerifyReport",
+    "open",
+]

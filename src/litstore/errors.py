@@ -1,0 +1,116 @@
+"""The exceptions litstore raises.
+
+Every error derives from :class:`LitstoreError`; where callers already expect a
+built-in type, the error also derives from it, so ``except KeyError`` keeps working::
+
+    LitstoreError
+    ├── InvalidRecordError (ValueError)      a batch was rejected; nothing was written
+    │   ├── KeyFieldError                    key field missing, None, or of the wrong type
+    │   ├── DuplicateKeyError                a key twice in one batch, or already in the store
+    │   ├── SchemaError                      a record does not fit the store's schema
+    │   └── SplitError                       a record names a split the rule does not know
+    ├── KeyNotFoundError (KeyError)          ``store[key]`` for a key that is not there
+    ├── VersionNotFoundError (LookupError)   ``store.at(n)`` for a version that does not exist
+    ├── StoreExistsError (FileExistsError)   ``Store.create`` on a root that holds a store
+    ├── StoreNotFoundError (FileNotFoundError)  ``litstore.open`` on a root without one
+    ├── QueryError (ValueError)              ``store.sql`` was given a query DuckDB rejects
+    ├── ConflictError                        another writer committed the same version first
+    ├── IntegrityError                       data does not match what was committed
+    │   └── VerificationError                raised by ``VerifyReport.raise_if_failed()``
+    └── StorageError (OSError)               the storage backend failed
+
+Batch errors carry the offending positions and keys in ``.culprits`` and name the
+first few of them (and how many there are) in the message.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+#: How many culprits an error message names before it says "and N more".
+SHOWN_CULPRITS = 5
+
+
+class LitstoreError(Exception):
+    """Base class of every error litstore raises."""
+
+
+def describe(items: Sequence[Any], limit: int = SHOWN_CULPRITS) -> str:
+    """``"'a', 'b', 'c' and 4 more"``: the first few items and how many are left."""
+    shown = ", ".join(repr(item) for item in items[:limit])
+    rest = len(items) - limit
+    return f"{shown} and {rest} more" if rest > 0 else shown
+
+
+class InvalidRecordError(LitstoreError, ValueError):
+    """A batch was rejected before anything was written.
+
+    Attributes:
+        culprits: ``(position, key)`` of every offending record; ``key`` is ``None``
+            where the record has no usable key.
+    """
+
+    def __init__(self, message: str, culprits: Sequence[tuple[int, Any]] = ()) -> None:
+        super().__init__(message)
+        self.culprits: list[tuple[int, Any]] = list(culprits)
+
+
+class KeyFieldError(InvalidRecordError):
+    """A record's key field is missing, ``None``, or not of the store's key type."""
+
+
+class DuplicateKeyError(InvalidRecordError):
+    """A key appears twice in one batch, or ``append`` was given a key the store has."""
+
+
+class SchemaError(InvalidRecordError):
+    """A record does not fit the store's declared schema or holds an unsupported value."""
+
+
+class SplitError(InvalidRecordError):
+    """A record names a split that the store's split rule does not know."""
+
+
+class KeyNotFoundError(LitstoreError, KeyError):
+    """The key is not in this version of the store."""
+
+    def __str__(self) -> str:
+        # KeyError.__str__ would repr() the whole message.
+        return str(self.args[0]) if self.args else ""
+
+
+class VersionNotFoundError(LitstoreError, LookupError):
+    """The requested version (or tag) does not exist."""
+
+
+class StoreExistsError(LitstoreError, FileExistsError):
+    """``Store.create`` was called on a root that already holds a store."""
+
+
+class StoreNotFoundError(LitstoreError, FileNotFoundError):
+    """There is no store at the given root."""
+
+
+class QueryError(LitstoreError, ValueError):
+    """DuckDB rejected a query given to ``store.sql``."""
+
+
+class ConflictError(LitstoreError):
+    """Another writer committed the version this write meant to create."""
+
+
+class IntegrityError(LitstoreError):
+    """Stored data does not match what was committed, or a write failed its self-check."""
+
+
+class VerificationError(IntegrityError):
+    """``VerifyReport.raise_if_failed()`` found problems; ``.report`` holds them all."""
+
+    def __init__(self, message: str, report: Any) -> None:
+        super().__init__(message)
+        self.report = report
+
+
+class StorageError(LitstoreError, OSError):
+    """The storage backend failed to read or write."""

@@ -1,0 +1,64 @@
+"""Hashes: key hashes for lookup, content hashes for change detection, fingerprints.
+
+- ``key_hash``: xxh3_64 of the key's bytes (UTF-8 for str keys, 8 bytes little-endian
+  two's complement for int keys). Used to find a record, never trusted alone: every
+  hit is confirmed by comparing the stored key.
+- ``content_hash``: xxh3_128 of the record's canonical encoding (16 bytes). Two
+  records are the same content exactly when their encodings are equal.
+- fingerprint of a version: the sum, modulo 2**128, of xxh3_128(key bytes + content
+  hash) over its live records. Sums do not depend on order and can be updated in
+  O(records changed): add the pairs a commit adds, subtract those it removes.
+- split hash: xxh3_64 of the key bytes with a fixed seed, independent of ``key_hash``
+  so the split a key lands in is uncorrelated with its place in the chunks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import numpy as np
+import xxhash
+
+FINGERPRINT_MODULUS = 2**128
+_SPLIT_SEED = 0x5EED_5917
+
+
+def key_bytes(key: str | int) -> bytes:
+    """The bytes that identify ``key``; the store's key type is fixed, so no type tag."""
+    if isinstance(key, str):
+        return key.encode("utf-8", "surrogatepass")
+    return key.to_bytes(8, "little", signed=True)
+
+
+def key_hash(key: str | int) -> int:
+    return xxhash.xxh3_64_intdigest(key_bytes(key))
+
+
+def key_hashes(keys: Iterable[str | int]) -> np.ndarray:
+    """``key_hash`` of each key, as a uint64 array."""
+    digest = xxhash.xxh3_64_intdigest
+    return np.fromiter((digest(key_bytes(key)) for key in keys), dtype=np.uint64)
+
+
+def split_unit(key: str | int) -> float:
+    """A number in [0, 1) fixed by the key: where a hash split places it."""
+    return xxhash.xxh3_64_intdigest(key_bytes(key), seed=_SPLIT_SEED) / 2.0**64
+
+
+def content_hash(encoded: bytes | memoryview) -> bytes:
+    """The 16-byte content hash of a record's canonical encoding."""
+    return xxhash.xxh3_128_digest(encoded)
+
+
+def pair_hash(key: str | int, content: bytes) -> int:
+    """The fingerprint contribution of one live record."""
+    return xxhash.xxh3_128_intdigest(key_bytes(key) + content)
+
+
+def fingerprint_sum(keys: Iterable[str | int], contents: Iterable[bytes]) -> int:
+    """Sum modulo 2**128 of ``pair_hash`` over matching keys and content hashes."""
+    return sum(map(pair_hash, keys, contents)) % FINGERPRINT_MODULUS
+
+
+def fingerprint_hex(value: int) -> str:
+    return f"{value % FINGERPRINT_MODULUS:032x}"

@@ -1,0 +1,99 @@
+"""The in-memory lookup index of one version: key hash -> (chunk, row).
+
+Three parallel arrays sorted by key hash (uint64 hash, uint32 chunk id, uint32 row:
+16 bytes a record) plus the list of chunk names. A lookup is one binary search;
+since hashes can collide, callers confirm each hit by the stored record's key.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+
+
+@dataclass(frozen=True)
+class KeyIndex:
+    hashes: np.ndarray  # uint64, sorted
+    chunk_ids: np.ndarray  # uint32, into ``chunks``
+    rows: np.ndarray  # uint32
+    chunks: tuple[str, ...]
+
+    @classmethod
+    def empty(cls) -> KeyIndex:
+        return cls(np.empty(0, np.uint64), np.empty(0, np.uint32), np.empty(0, np.uint32), ())
+
+    @classmethod
+    def from_manifest(cls, manifest: pa.Table) -> KeyIndex:
+        """Build from a manifest's ``key_hash``, ``chunk`` and ``row`` columns."""
+        chunk_column = manifest.column("chunk").combine_chunks().dictionary_encode()
+        hashes = manifest.column("key_hash").to_numpy()
+        order = np.argsort(hashes, kind="stable")
+        return cls(
+            hashes=np.ascontiguousarray(hashes[order]),
+            chunk_ids=chunk_column.indices.to_numpy().astype(np.uint32)[order],
+            rows=manifest.column("row").to_numpy().astype(np.uint32)[order],
+            chunks=tuple(chunk_column.dictionary.to_pylist()),
+        )
+
+    def __len__(self) -> int:
+        return len(self.hashes)
+
+    @property
+    def nbytes(self) -> int:
+        """Memory held by the arrays (the chunk names are shared and few)."""
+        return self.hashes.nbytes + self.chunk_ids.nbytes + self.rows.nbytes
+
+    def positions(self, key_hash: int) -> range:
+        """Positions whose hash equals ``key_hash`` (usually zero or one)."""
+        target = np.uint64(key_hash)
+        start = int(np.searchsorted(self.hashes, target, "left"))
+        end = start
+        while end < len(self.hashes) and self.hashes[end] == target:
+            end += 1
+        return range(start, end)
+
+    def first_positions(self, key_hashes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """For each hash, its first position and whether it is present at all."""
+        positions = np.searchsorted(self.hashes, key_hashes, "left")
+        clipped = np.minimum(positions, max(len(self.hashes) - 1, 0))
+        found = (positions < len(self.hashes)) & (self.hashes[clipped] == key_hashes) if len(self.hashes) else (
+            np.zeros(len(key_hashes), dtype=bool)
+        )
+        return positions, found
+
+    def location(self, position: int) -> tuple[str, int]:
+        return self.chunks[int(self.chunk_ids[position])], int(self.rows[position])
+
+    def with_changes(
+        self, removed: np.ndarray, hashes: np.ndarray, chunk_names: Sequence[str], rows: np.ndarray
+    ) -> KeyIndex:
+        """A new index without the positions in ``removed`` and with the given entries added.
+
+        Costs O(n + m log m) for ``m`` added entries: one merge, no full re-sort.
+        """
+        chunk_table = list(self.chunks)
+        known = {name: number for number, name in enumerate(chunk_table)}
+        new_ids = np.empty(len(chunk_names), dtype=np.uint32)
+        for position, name in enumerate(chunk_names):
+            number = known.get(name)
+            if number is None:
+                number = known[name] = len(chunk_table)
+                chunk_table.append(name)
+            new_ids[position] = number
+        keep_hashes, keep_ids, keep_rows = self.hashes, self.chunk_ids, self.rows
+        if len(removed):
+            keep = np.ones(len(self.hashes), dtype=bool)
+            keep[removed] = False
+            keep_hashes, keep_ids, keep_rows = keep_hashes[keep], keep_ids[keep], keep_rows[keep]
+        order = np.argsort(hashes, kind="stable")
+        sorted_hashes = hashes[order]
+        at = np.searchsorted(keep_hashes, sorted_hashes, "right")
+        return KeyIndex(
+            hashes=np.insert(keep_hashes, at, sorted_hashes),
+            chunk_ids=np.insert(keep_ids, at, new_ids[order]),
+            rows=np.insert(keep_rows, at, rows.astype(np.uint32)[order]),
+            chunks=tuple(chunk_table),
+        )

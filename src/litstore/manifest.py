@@ -1,0 +1,153 @@
+"""The manifest: one row per live record, stored as Parquet deltas, queried with DuckDB.
+
+This is the only module that imports DuckDB. Columns of a manifest::
+
+    key           str or int64   the record's key
+    key_hash      uint64         hashing.key_hash(key)
+    content_hash  binary(16)     hashing.content_hash(canonical encoding)
+    split         str            the split the record belongs to
+    chunk         str            chunk file, relative to the store root
+    row           uint32         item index inside the chunk
+
+A delta (``manifests/<v>.parquet``) holds what version ``v`` changed: a row for each
+record it wrote (added, replaced, or moved by a chunk rewrite) and a row with
+``deleted = true`` for each key it removed; both carry ``version = v``. The manifest
+of version ``v`` is, for each key, the rows of the newest delta up to ``v`` that
+mentions it, unless those are deletions. Every ``checkpoint_interval`` versions a
+full manifest (``manifests/<v>.checkpoint.parquet``) is written too, so composing a
+version reads one checkpoint and fewer than ``checkpoint_interval`` deltas.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Sequence
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+MANIFEST_COLUMNS = ("key", "key_hash", "content_hash", "split", "chunk", "row")
+
+
+def schema(key_type: str) -> pa.Schema:
+    """The Arrow schema of a manifest whose keys are ``key_type`` (``"str"``/``"int"``)."""
+    return pa.schema(
+        [
+            ("key", pa.string() if key_type == "str" else pa.int64()),
+            ("key_hash", pa.uint64()),
+            ("content_hash", pa.binary(16)),
+            ("split", pa.string()),
+            ("chunk", pa.string()),
+            ("row", pa.uint32()),
+        ]
+    )
+
+
+def delta_schema(key_type: str) -> pa.Schema:
+    return schema(key_type).append(pa.field("deleted", pa.bool_())).append(pa.field("version", pa.int64()))
+
+
+def empty(key_type: str) -> pa.Table:
+    return schema(key_type).empty_table()
+
+
+def make_delta(key_type: str, version: int, columns: dict[str, Any], deleted: Sequence[bool] | None = None) -> pa.Table:
+    """A delta table from manifest ``columns``; rows are additions unless ``deleted``."""
+    count = len(columns["key"])
+    arrays = [pa.array(columns[name], type=field.type) for name, field in zip(MANIFEST_COLUMNS, schema(key_type))]
+    arrays.append(pa.array(deleted if deleted is not None else [False] * count, type=pa.bool_()))
+    arrays.append(pa.array([version] * count, type=pa.int64()))
+    return pa.Table.from_arrays(arrays, schema=delta_schema(key_type))
+
+
+def to_parquet(table: pa.Table) -> bytes:
+    sink = io.BytesIO()
+    pq.write_table(table, sink, compression="zstd")
+    return sink.getvalue()
+
+
+def from_parquet(data: bytes) -> pa.Table:
+    return pq.read_table(io.BytesIO(data))
+
+
+def compose(key_type: str, checkpoint: pa.Table | None, deltas: Sequence[pa.Table]) -> pa.Table:
+    """The live manifest after applying ``deltas`` (oldest first) on top of ``checkpoint``.
+
+    Rows come sorted by ``key_hash``. A key the newest delta wrote twice keeps both
+    rows: composing must not hide a duplicate that ``verify`` should report.
+    """
+    parts: list[pa.Table] = []
+    if checkpoint is not None:
+        base = checkpoint.select(list(MANIFEST_COLUMNS))
+        count = base.num_rows
+        base = base.append_column("deleted", pa.array([False] * count, pa.bool_()))
+        parts.append(base.append_column("version", pa.array([-1] * count, pa.int64())))
+    parts.extend(delta.cast(delta_schema(key_type)) for delta in deltas)
+    if not parts:
+        return empty(key_type)
+    history = pa.concat_tables(parts)  # noqa: F841  (read by DuckDB's replacement scan)
+    query = f"""
+        SELECT {", ".join(f'"{name}"' for name in MANIFEST_COLUMNS)}
+        FROM history
+        QUALIFY version = max(version) OVER (PARTITION BY key) AND NOT deleted
+        ORDER BY key_hash, key, chunk, "row"
+    """
+    with duckdb.connect() as connection:
+        result = connection.sql(query).to_arrow_table()
+    return result.cast(schema(key_type))
+
+
+def query(sql: str, tables: dict[str, pa.Table]) -> pa.Table:
+    """Run ``sql`` with each of ``tables`` visible under its name; returns an Arrow table.
+
+    Raises:
+        duckdb.Error: the query is invalid (callers translate it).
+    """
+    with duckdb.connect() as connection:
+        for name, table in tables.items():
+            connection.register(name, table)
+        return connection.sql(sql).to_arrow_table()
+
+
+QueryError = duckdb.Error
+
+
+def duplicate_keys(table: pa.Table) -> list[Any]:
+    """Keys that appear in more than one row of ``table``."""
+    return query("SELECT key FROM t GROUP BY key HAVING count(*) > 1 ORDER BY key", {"t": table}).column(0).to_pylist()
+
+
+def keys_not_in(left: pa.Table, right: pa.Table) -> list[Any]:
+    """Distinct keys of ``left`` absent from ``right`` (both need a ``key`` column)."""
+    sql = "SELECT DISTINCT key FROM l ANTI JOIN r USING (key) ORDER BY key"
+    return query(sql, {"l": left, "r": right}).column(0).to_pylist()
+
+
+def reconcile(listed: pa.Table, stored: pa.Table) -> dict[str, pa.Table]:
+    """Match manifest rows (``listed``) with rows read from the chunks (``stored``).
+
+    Both tables have ``chunk``, ``row``, ``key``, ``content_hash`` and ``split``.
+    Returns ``missing`` (listed, not stored), ``unlisted`` (stored, not listed) and
+    ``mismatched`` (both, but key, content hash or split differ).
+    """
+    tables = {"listed": listed, "stored": stored}
+    return {
+        "missing": query(
+            'SELECT key, chunk, "row" FROM listed ANTI JOIN stored USING (chunk, "row") ORDER BY chunk, "row"', tables
+        ),
+        "unlisted": query(
+            'SELECT key, chunk, "row" FROM stored ANTI JOIN listed USING (chunk, "row") ORDER BY chunk, "row"', tables
+        ),
+        "mismatched": query(
+            """SELECT l.key, l.chunk, l."row",
+                      CASE WHEN l.key IS DISTINCT FROM s.key THEN 'key'
+                           WHEN l.split <> s.split THEN 'split'
+                           ELSE 'content' END AS problem
+               FROM listed l JOIN stored s USING (chunk, "row")
+               WHERE l.key IS DISTINCT FROM s.key OR l.content_hash <> s.content_hash OR l.split <> s.split
+               ORDER BY l.chunk, l."row\"""",
+            tables,
+        ),
+    }

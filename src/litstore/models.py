@@ -1,0 +1,173 @@
+"""The metadata litstore writes, as frozen pydantic models.
+
+Each file under a store root that is not data is one of these models as JSON:
+``litstore.json`` is a :class:`StoreConfig`, ``versions/<v>.json`` is a
+:class:`Version` (the commit record: its creation *is* the commit). Every model
+carries ``format_version`` so that a later litstore can read what an earlier one wrote
+and refuse what it does not understand.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from litstore.hashing import split_unit
+
+FORMAT_VERSION = 1
+
+_SPLIT_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}")
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+def _check_split_name(name: str) -> str:
+    if not _SPLIT_NAME.fullmatch(name):
+        raise ValueError(f"split name {name!r} must be 1-64 letters, digits, '_', '.' or '-'")
+    return name
+
+
+class HashSplit(_Frozen):
+    """Assign each record a split from a hash of its key, with fixed fractions.
+
+    ``HashSplit(train=0.8, val=0.1, test=0.1)``. The split depends on the key alone, so
+    a key never changes split as the store grows, and validation data never leaks
+    into training.
+    """
+
+    kind: Literal["hash"] = "hash"
+    fractions: dict[str, float]
+
+    def __init__(self, fractions: dict[str, float] | None = None, /, **named: Any) -> None:
+        if fractions is None and isinstance(named.get("fractions"), dict):
+            super().__init__(**named)  # validation of stored JSON: kind=..., fractions={...}
+        else:
+            super().__init__(fractions=fractions if fractions is not None else named)
+
+    @field_validator("fractions")
+    @classmethod
+    def _valid_fractions(cls, fractions: dict[str, float]) -> dict[str, float]:
+        if not fractions:
+            raise ValueError("HashSplit needs at least one split, e.g. HashSplit(train=1.0)")
+        for name, fraction in fractions.items():
+            _check_split_name(name)
+            if not 0 < fraction <= 1:
+                raise ValueError(f"fraction of split {name!r} must be in (0, 1], got {fraction}")
+        total = sum(fractions.values())
+        if abs(total - 1) > 1e-9:
+            raise ValueError(f"split fractions must add up to 1, got {total}")
+        return fractions
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(self.fractions)
+
+    def assign(self, key: str | int, record: dict[str, Any]) -> str:
+        """The split of the record with this key."""
+        point = split_unit(key)
+        edge = 0.0
+        for name, fraction in self.fractions.items():
+            edge += fraction
+            if point < edge:
+                return name
+        return next(reversed(self.fractions))
+
+
+class FieldSplit(_Frozen):
+    """Take each record's split from one of its fields; ``names`` are the allowed values."""
+
+    kind: Literal["field"] = "field"
+    field: str
+    names: tuple[str, ...] = ("train", "val", "test")
+
+    @field_validator("names")
+    @classmethod
+    def _valid_names(cls, names: tuple[str, ...]) -> tuple[str, ...]:
+        if not names or len(set(names)) != len(names):
+            raise ValueError("FieldSplit names must be non-empty and distinct")
+        return tuple(_check_split_name(name) for name in names)
+
+    def assign(self, key: str | int, record: dict[str, Any]) -> str:
+        """The split named by the record's field; ``KeyError``/``ValueError`` if not allowed."""
+        value = record[self.field]
+        if value not in self.names:
+            raise ValueError(value)
+        return str(value)
+
+
+SplitRule = Annotated[HashSplit | FieldSplit, Field(discriminator="kind")]
+
+
+class SchemaRef(_Frozen):
+    """The pydantic model a store validates records against, by import path and JSON schema."""
+
+    qualname: str
+    json_schema: dict[str, Any]
+
+
+class StoreConfig(_Frozen):
+    """``litstore.json``: what is fixed when a store is created."""
+
+    format_version: int = FORMAT_VERSION
+    key: str
+    key_type: Literal["str", "int"] = "str"
+    splits: SplitRule
+    record_schema: SchemaRef | None = None
+    chunk_bytes: int = Field(default=64 * 1024 * 1024, gt=0)
+    checkpoint_interval: int = Field(default=64, gt=0)
+    created_at: datetime
+
+    @model_validator(mode="after")
+    def _supported(self) -> StoreConfig:
+        if self.format_version > FORMAT_VERSION:
+            raise ValueError(f"store format {self.format_version} is newer than this litstore reads ({FORMAT_VERSION})")
+        return self
+
+
+Operation = Literal["create", "append", "upsert", "delete"]
+
+
+class Version(_Frozen):
+    """One committed version: the commit record ``versions/<number>.json``.
+
+    Attributes:
+        number: consecutive from 0 (the empty version ``Store.create`` commits).
+        parent: the version this one was built on (``None`` for version 0).
+        operation: what made it.
+        counts: live records per split.
+        fingerprint: order-independent hash of the live (key, content hash) pairs,
+            as 32 hex digits; equal fingerprints mean equal contents.
+        added, removed: records this commit added and removed.
+        fragments: fragment ids whose chunks this commit wrote.
+        manifest: the manifest delta this commit wrote, relative to the store root.
+        checkpoint: a full manifest written with this commit, if any.
+    """
+
+    format_version: int = FORMAT_VERSION
+    number: int = Field(ge=0)
+    parent: int | None
+    operation: Operation
+    created_at: datetime
+    counts: dict[str, int]
+    fingerprint: str
+    added: int = 0
+    removed: int = 0
+    fragments: tuple[str, ...] = ()
+    manifest: str | None = None
+    checkpoint: str | None = None
+
+    @property
+    def total(self) -> int:
+        """Live records in all splits."""
+        return sum(self.counts.values())
+
+    def __int__(self) -> int:
+        return self.number
+
+    def __index__(self) -> int:
+        return self.number

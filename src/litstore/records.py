@@ -1,0 +1,170 @@
+"""Checking, encoding and hashing a batch of input records before anything is written.
+
+:func:`prepare` looks at every record of a batch and either returns a
+:class:`Batch` ready to write or raises one :class:`~litstore.errors.InvalidRecordError`
+that names the offending positions and keys. Nothing is written before it returns,
+so a rejected batch leaves the store exactly as it was.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pydantic
+from tqdm.auto import tqdm
+
+from litstore import codec, hashing
+from litstore.errors import (
+    SHOWN_CULPRITS,
+    DuplicateKeyError,
+    InvalidRecordError,
+    KeyFieldError,
+    SchemaError,
+    SplitError,
+)
+from litstore.models import FieldSplit, StoreConfig
+
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+
+# The order in which problems are reported when a batch has several kinds.
+_PROBLEM_ORDER: tuple[type[InvalidRecordError], ...] = (KeyFieldError, DuplicateKeyError, SchemaError, SplitError)
+
+
+@dataclass
+class Batch:
+    """Validated records, encoded and hashed, in input order."""
+
+    keys: list[Any]
+    key_hashes: np.ndarray
+    splits: list[str]
+    payloads: list[bytes]
+    content_hashes: list[bytes]
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+
+class _Problems:
+    def __init__(self) -> None:
+        self.found: dict[type[InvalidRecordError], list[tuple[int, Any, str]]] = {}
+
+    def add(self, kind: type[InvalidRecordError], position: int, key: Any, detail: str) -> None:
+        self.found.setdefault(kind, []).append((position, key, detail))
+
+    def raise_first(self) -> None:
+        for kind in _PROBLEM_ORDER:
+            problems = self.found.get(kind)
+            if problems:
+                shown = "; ".join(
+                    f"position {position}" + (f" (key {key!r})" if key is not None else "") + f": {detail}"
+                    for position, key, detail in problems[:SHOWN_CULPRITS]
+                )
+                more = len(problems) - SHOWN_CULPRITS
+                noun = "record" if len(problems) == 1 else "records"
+                message = f"{len(problems)} {noun} rejected by {kind.__name__}: {shown}"
+                if more > 0:
+                    message += f"; and {more} more"
+                raise kind(message, [(position, key) for position, key, _ in problems])
+
+
+def _as_mapping(record: Any, model: type[pydantic.BaseModel] | None) -> dict[str, Any]:
+    if model is not None:
+        instance = record if isinstance(record, model) else model.model_validate(record)
+        return instance.model_dump()
+    if isinstance(record, pydantic.BaseModel):
+        return record.model_dump()
+    if type(record) is dict:
+        return record
+    if isinstance(record, Mapping):
+        return dict(record)
+    raise TypeError(f"expected a mapping or a pydantic model, got {type(record).__name__}")
+
+
+def _checked_key(record: dict[str, Any], config: StoreConfig) -> tuple[Any, str | None]:
+    """The record's key, or ``(None, reason)`` when it has no valid one."""
+    if config.key not in record:
+        return None, f"no key field {config.key!r}"
+    key = record[config.key]
+    if key is None:
+        return None, f"key field {config.key!r} is None"
+    if config.key_type == "str":
+        if isinstance(key, str):
+            return str(key), None
+    elif isinstance(key, (int, np.integer)) and not isinstance(key, (bool, np.bool_)):
+        if _INT64_MIN <= int(key) <= _INT64_MAX:
+            return int(key), None
+        return None, f"key {key} is outside the int64 range"
+    return None, f"key {key!r} is a {type(key).__name__}, the store's keys are {config.key_type}"
+
+
+def prepare(
+    records: Iterable[Any],
+    config: StoreConfig,
+    model: type[pydantic.BaseModel] | None = None,
+    progress: bool = False,
+) -> Batch:
+    """Validate, encode and hash ``records``.
+
+    Raises:
+        KeyFieldError, DuplicateKeyError, SchemaError, SplitError: some records are
+            invalid; the error names them. Of several kinds, the first in that order.
+    """
+    problems = _Problems()
+    keys: list[Any] = []
+    splits: list[str] = []
+    payloads: list[bytes] = []
+    contents: list[bytes] = []
+    first_position: dict[Any, int] = {}
+    rule = config.splits
+    content_hash = hashing.content_hash
+    encode = codec.encode
+    items = tqdm(records, desc="encoding", unit="rec", disable=not progress)
+    for position, raw in enumerate(items):
+        try:
+            record = _as_mapping(raw, model)
+        except pydantic.ValidationError as exc:
+            key = raw.get(config.key) if isinstance(raw, Mapping) else None
+            problems.add(SchemaError, position, key, f"does not fit the schema: {_first_error(exc)}")
+            continue
+        except TypeError as exc:
+            problems.add(SchemaError, position, None, str(exc))
+            continue
+        key, reason = _checked_key(record, config)
+        if reason is not None:
+            problems.add(KeyFieldError, position, None, reason)
+            continue
+        earlier = first_position.setdefault(key, position)
+        if earlier != position:
+            problems.add(DuplicateKeyError, position, key, f"same key as position {earlier}")
+            continue
+        try:
+            split = rule.assign(key, record)
+        except KeyError:
+            assert isinstance(rule, FieldSplit)
+            problems.add(SplitError, position, key, f"no split field {rule.field!r}")
+            continue
+        except ValueError as exc:
+            problems.add(SplitError, position, key, f"unknown split {exc.args[0]!r}, expected one of {rule.names}")
+            continue
+        try:
+            payload = encode(record)
+        except codec.UnsupportedValueError as exc:
+            problems.add(SchemaError, position, key, str(exc))
+            continue
+        if problems.found:
+            continue  # keep looking for problems, but stop building output
+        keys.append(key)
+        splits.append(split)
+        payloads.append(payload)
+        contents.append(content_hash(payload))
+    problems.raise_first()
+    return Batch(keys, hashing.key_hashes(keys), splits, payloads, contents)
+
+
+def _first_error(exc: pydantic.ValidationError) -> str:
+    error = exc.errors()[0]
+    where = ".".join(str(part) for part in error["loc"]) or "record"
+    return f"{where}: {error['msg']}"
