@@ -1,0 +1,154 @@
+"""Bad input raises a typed error naming the culprit, and leaves every file as it was."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pydantic
+import pytest
+
+import litstore
+from tests.conftest import tree_state
+
+
+def _seeded(store: litstore.Store) -> litstore.Store:
+    store.append([{"id": f"k{i}", "value": i} for i in range(20)])
+    return store
+
+
+def _expect_rejected(
+    store: litstore.Store, action: Callable[[], Any], error: type[Exception], *names: str
+) -> Exception:
+    root = Path(store.root)
+    before = tree_state(root)
+    version = store.version
+    with pytest.raises(error) as caught:
+        action()
+    assert isinstance(caught.value, litstore.LitstoreError)
+    message = str(caught.value)
+    for name in names:
+        assert name in message, f"{name!r} not named in: {message}"
+    assert tree_state(root) == before
+    assert store.version == version
+    assert litstore.open(root).version == version
+    return caught.value
+
+
+def test_record_without_key_field(store: litstore.Store) -> None:
+    _seeded(store)
+    batch = [{"id": "a"}, {"value": 1}, {"id": "b"}]
+    error = _expect_rejected(store, lambda: store.append(batch), litstore.KeyFieldError, "position 1", "'id'")
+    assert isinstance(error, litstore.InvalidRecordError) and isinstance(error, ValueError)
+    assert error.culprits == [(1, None)]
+
+
+def test_none_key(store: litstore.Store) -> None:
+    _seeded(store)
+    _expect_rejected(store, lambda: store.append([{"id": None}]), litstore.KeyFieldError, "position 0", "None")
+
+
+def test_key_of_wrong_type(store: litstore.Store, make_store: Callable[..., litstore.Store]) -> None:
+    _seeded(store)
+    _expect_rejected(store, lambda: store.append([{"id": "ok"}, {"id": 7}]), litstore.KeyFieldError, "position 1", "7")
+    int_store = make_store(key="n", key_type=int)
+    int_store.append([{"n": 1}])
+    _expect_rejected(int_store, lambda: int_store.append([{"n": "2"}]), litstore.KeyFieldError, "'2'", "int")
+    _expect_rejected(int_store, lambda: int_store.append([{"n": True}]), litstore.KeyFieldError, "True")
+    _expect_rejected(int_store, lambda: int_store.append([{"n": 2**63}]), litstore.KeyFieldError, "int64")
+
+
+def test_same_key_twice_in_one_batch(store: litstore.Store) -> None:
+    _seeded(store)
+    batch = [{"id": "x", "v": 1}, {"id": "y"}, {"id": "x", "v": 2}]
+    error = _expect_rejected(store, lambda: store.append(batch), litstore.DuplicateKeyError, "'x'", "position 2")
+    assert error.culprits == [(2, "x")]
+
+
+def test_append_never_replaces(store: litstore.Store) -> None:
+    _seeded(store)
+    batch = [{"id": "new"}, {"id": "k3", "value": -1}, {"id": "k7"}]
+    error = _expect_rejected(store, lambda: store.append(batch), litstore.DuplicateKeyError, "'k3'", "'k7'", "upsert")
+    assert sorted(key for _, key in error.culprits) == ["k3", "k7"]
+    assert store["k3"]["value"] == 3
+
+
+def test_many_culprits_are_counted_not_all_listed(store: litstore.Store) -> None:
+    batch = [{"value": i} for i in range(40)]
+    error = _expect_rejected(store, lambda: store.append(batch), litstore.KeyFieldError, "40 records", "and 35 more")
+    assert len(error.culprits) == 40
+
+
+class Pet(pydantic.BaseModel):
+    id: str
+    label: int
+    weight: float = 1.0
+
+
+def test_record_that_does_not_fit_the_schema(make_store: Callable[..., litstore.Store]) -> None:
+    store = make_store(key="id", schema=Pet)
+    store.append([Pet(id="a", label=1), {"id": "b", "label": 2}])
+    assert store["a"] == {"id": "a", "label": 1, "weight": 1.0}
+    batch = [{"id": "c", "label": 3}, {"id": "d", "label": "not a number"}]
+    _expect_rejected(store, lambda: store.append(batch), litstore.SchemaError, "position 1", "'d'", "label")
+
+
+def test_value_that_cannot_be_stored(store: litstore.Store) -> None:
+    _seeded(store)
+    batch = [{"id": "ok"}, {"id": "bad", "when": object()}]
+    _expect_rejected(store, lambda: store.append(batch), litstore.SchemaError, "'bad'", "when", "object")
+
+
+def test_record_that_is_not_a_mapping(store: litstore.Store) -> None:
+    _expect_rejected(store, lambda: store.append([{"id": "a"}, ["id", "b"]]), litstore.SchemaError, "position 1", "list")
+
+
+def test_unknown_split_name(make_store: Callable[..., litstore.Store]) -> None:
+    store = make_store(key="id", splits="split")
+    store.append([{"id": "a", "split": "train"}, {"id": "b", "split": "val"}])
+    batch = [{"id": "c", "split": "test"}, {"id": "d", "split": "tarin"}]
+    _expect_rejected(store, lambda: store.append(batch), litstore.SplitError, "'tarin'", "position 1", "'train'")
+    _expect_rejected(store, lambda: store.append([{"id": "e"}]), litstore.SplitError, "'split'")
+
+
+def test_version_that_does_not_exist(store: litstore.Store) -> None:
+    _seeded(store)
+    for bad in (2, 99, -1):
+        error = _expect_rejected(store, lambda bad=bad: store.at(bad), litstore.VersionNotFoundError, str(bad))
+        assert isinstance(error, LookupError)
+
+
+def test_missing_key_lookup(store: litstore.Store) -> None:
+    _seeded(store)
+    error = _expect_rejected(store, lambda: store["nope"], litstore.KeyNotFoundError, "'nope'")
+    assert isinstance(error, KeyError)
+    _expect_rejected(store, lambda: store[3], litstore.KeyNotFoundError, "3")
+    _expect_rejected(store, lambda: store.get_many(["k1", "nope", "k2"]), litstore.KeyNotFoundError, "'nope'", "1 of 3")
+    assert store.get("nope") is None
+    assert store.get("nope", "fallback") == "fallback"
+    assert store.get_many(["k1", "nope"], default=None) == [store["k1"], None]
+
+
+def test_empty_batch_makes_no_version(store: litstore.Store) -> None:
+    _seeded(store)
+    root = Path(store.root)
+    before = tree_state(root)
+    assert store.append([]) == store.version
+    assert store.append(iter(())).number == 1
+    assert tree_state(root) == before
+
+
+def test_create_on_existing_store_and_open_of_nothing(store: litstore.Store, tmp_path: Path) -> None:
+    _seeded(store)
+    before = tree_state(Path(store.root))
+    with pytest.raises(litstore.StoreExistsError, match="already holds a store"):
+        litstore.Store.create(store.root, key="id")
+    assert tree_state(Path(store.root)) == before
+    with pytest.raises(litstore.StoreNotFoundError, match="no litstore store"):
+        litstore.open(tmp_path / "nothing-here")
+
+
+def test_invalid_sql_is_a_query_error(store: litstore.Store) -> None:
+    _seeded(store)
+    _expect_rejected(store, lambda: store.sql("SELECT nope FROM manifest"), litstore.QueryError, "nope")
