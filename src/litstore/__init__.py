@@ -21,10 +21,12 @@ from litstore.errors import (
     StorageError,
     StoreExistsError,
     StoreNotFoundError,
+    TagError,
     VerificationError,
     VersionNotFoundError,
 )
-from litstore.models import FieldSplit, HashSplit, StoreConfig, Version
+from litstore.diff import Diff
+from litstore.models import FieldSplit, HashSplit, StoreConfig, Tag, Version
 from litstore.store import Snapshot, Store, open
 from litstore.verify import VerifyReport
 
@@ -32,6 +34,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "ConflictError",
+    "Diff",
     "DuplicateKeyError",
     "FieldSplit",
     "HashSplit",
@@ -49,6 +52,8 @@ __all__ = [
     "StoreConfig",
     "StoreExistsError",
     "StoreNotFoundError",
+    "Tag",
+    "TagError",
     "VerificationError",
     "Version",
     "VersionNotFoundError",

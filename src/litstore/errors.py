@@ -10,7 +10,8 @@ built-in type, the error also derives from it, so ``except KeyError`` keeps work
     │   ├── SchemaError                      a record does not fit the store's schema
     │   └── SplitError                       a record names a split the rule does not know
     ├── KeyNotFoundError (KeyError)          ``store[key]`` for a key that is not there
-    ├── VersionNotFoundError (LookupError)   ``store.at(n)`` for a version that does not exist
+    ├── VersionNotFoundError (LookupError)   ``store.at(n)`` for a version or tag that does not exist
+    ├── TagError (ValueError)                an invalid tag name, or a tag that would silently move
     ├── StoreExistsError (FileExistsError)   ``Store.create`` on a root that holds a store
     ├── StoreNotFoundError (FileNotFoundError)  ``litstore.open`` on a root without one
     ├── QueryError (ValueError)              ``store.sql`` was given a query DuckDB rejects
@@ -82,6 +83,10 @@ class KeyNotFoundError(LitstoreError, KeyError):
 
 class VersionNotFoundError(LitstoreError, LookupError):
     """The requested version (or tag) does not exist."""
+
+
+class TagError(LitstoreError, ValueError):
+    """A tag name is invalid, or tagging would silently move an existing tag."""
 
 
 class StoreExistsError(LitstoreError, FileExistsError):

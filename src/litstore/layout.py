@@ -6,6 +6,7 @@
     manifests/<v>.parquet                           manifest delta of version v
     manifests/<v>.checkpoint.parquet                full manifest at version v (some versions)
     fragments/<fragment>/chunk-<fragment>-<n>.bin   litdata chunks, written once, never changed
+    tags/<name>.json                                Tag: a name for a version
 
 Version numbers are zero-padded to 8 digits so that listings sort; readers parse
 them as integers, so larger numbers still work.
@@ -19,6 +20,7 @@ CONFIG = "litstore.json"
 VERSIONS = "versions"
 MANIFESTS = "manifests"
 FRAGMENTS = "fragments"
+TAGS = "tags"
 
 _VERSION_FILE = re.compile(r"(\d+)\.json")
 
@@ -50,3 +52,7 @@ def fragment(fragment_id: str) -> str:
 def version_numbers(names: list[str]) -> list[int]:
     """The version numbers among the entry names of ``versions/``, ascending."""
     return sorted(int(match.group(1)) for name in names if (match := _VERSION_FILE.fullmatch(name)))
+
+
+def tag(name: str) -> str:
+    return f"{TAGS}/{name}.json"

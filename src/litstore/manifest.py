@@ -26,6 +26,7 @@ from typing import Any
 
 import duckdb
 import pyarrow as pa
+import pyarrow.compute
 import pyarrow.parquet as pq
 
 MANIFEST_COLUMNS = ("key", "key_hash", "content_hash", "split", "chunk", "row")
@@ -150,4 +151,42 @@ def reconcile(listed: pa.Table, stored: pa.Table) -> dict[str, pa.Table]:
                ORDER BY l.chunk, l."row\"""",
             tables,
         ),
+    }
+
+
+def rows_for_keys(table: pa.Table, keys: pa.Array) -> pa.Table:
+    """The rows of ``table`` whose key is in ``keys`` (with a ``position`` column into ``keys``)."""
+    wanted = pa.table({"key": keys, "position": pa.array(range(len(keys)), pa.int64())})
+    sql = 'SELECT w.position, t.* FROM wanted w JOIN t USING (key) ORDER BY w.position'
+    return query(sql, {"wanted": wanted, "t": table})
+
+
+def rows_in_chunks(table: pa.Table, chunks: Sequence[str]) -> pa.Table:
+    """The rows of ``table`` stored in any of ``chunks``."""
+    wanted = pa.table({"chunk": pa.array(list(chunks), pa.string())})
+    return query('SELECT t.* FROM t SEMI JOIN wanted USING (chunk) ORDER BY chunk, "row"', {"wanted": wanted, "t": table})
+
+
+def diff(old: pa.Table, new: pa.Table) -> dict[str, pa.Table]:
+    """Keys ``added`` to, ``removed`` from, and ``changed`` (content) between two manifests.
+
+    Each result has columns ``key`` and ``split`` (the new split for added and changed
+    keys, the old one for removed keys), sorted by key.
+    """
+    tables = {"old": old.select(["key", "content_hash", "split"]), "new": new.select(["key", "content_hash", "split"])}
+    joined = query(
+        """SELECT coalesce(n.key, o.key) AS key,
+                  coalesce(n.split, o.split) AS split,
+                  CASE WHEN o.key IS NULL THEN 'added'
+                       WHEN n.key IS NULL THEN 'removed'
+                       ELSE 'changed' END AS kind
+           FROM old o FULL OUTER JOIN new n USING (key)
+           WHERE o.key IS NULL OR n.key IS NULL OR o.content_hash <> n.content_hash
+           ORDER BY key""",
+        tables,
+    )
+    kinds = joined.column("kind")
+    return {
+        kind: joined.filter(pa.compute.equal(kinds, kind)).select(["key", "split"])
+        for kind in ("added", "removed", "changed")
     }

@@ -142,7 +142,7 @@ class Version(_Frozen):
         counts: live records per split.
         fingerprint: order-independent hash of the live (key, content hash) pairs,
             as 32 hex digits; equal fingerprints mean equal contents.
-        added, removed: records this commit added and removed.
+        added, replaced, removed: keys this commit added, gave new content, removed.
         fragments: fragment ids whose chunks this commit wrote.
         manifest: the manifest delta this commit wrote, relative to the store root.
         checkpoint: a full manifest written with this commit, if any.
@@ -156,6 +156,7 @@ class Version(_Frozen):
     counts: dict[str, int]
     fingerprint: str
     added: int = 0
+    replaced: int = 0
     removed: int = 0
     fragments: tuple[str, ...] = ()
     manifest: str | None = None
@@ -171,3 +172,36 @@ class Version(_Frozen):
 
     def __index__(self) -> int:
         return self.number
+
+
+_TAG_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.@+-]{0,127}")
+
+
+def check_tag_name(name: object) -> str:
+    """Return ``name`` if it is a valid tag name, else raise ``ValueError`` saying why."""
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"tag name must be a non-empty string, got {name!r}")
+    if len(name) > 128:
+        raise ValueError(f"tag name is {len(name)} characters long; at most 128 are allowed")
+    if name.isdigit():
+        raise ValueError(f"tag name {name!r} is all digits and would read as a version number")
+    if not _TAG_NAME.fullmatch(name):
+        raise ValueError(
+            f"tag name {name!r} may hold only letters, digits and '_', '.', '@', '+', '-' "
+            "(no path separators), and must not start with a punctuation mark"
+        )
+    return name
+
+
+class Tag(_Frozen):
+    """``tags/<name>.json``: a name for a version."""
+
+    format_version: int = FORMAT_VERSION
+    name: str
+    version: int = Field(ge=0)
+    created_at: datetime
+
+    @field_validator("name")
+    @classmethod
+    def _valid_name(cls, name: str) -> str:
+        return check_tag_name(name)

@@ -33,13 +33,16 @@ from litstore.errors import (
     SchemaError,
     StoreExistsError,
     StoreNotFoundError,
+    TagError,
     VersionNotFoundError,
     describe,
 )
 from litstore.keyindex import KeyIndex
-from litstore.models import HashSplit, SchemaRef, SplitRule, StoreConfig, Version
+from litstore.models import HashSplit, Operation, SchemaRef, SplitRule, StoreConfig, Tag, Version, check_tag_name
 from litstore.records import prepare
 from litstore.storage import LocalStorage
+from litstore.changes import Change, plan_append, plan_delete, plan_upsert
+from litstore.diff import Diff
 from litstore.writer import write_version
 
 Record = dict[str, Any]
@@ -237,25 +240,60 @@ class Snapshot:
         numbers = layout.version_numbers(self._storage.list(layout.VERSIONS))
         return [_read_version(self._storage, number) for number in numbers]
 
-    def at(self, version: int | Version) -> Snapshot:
-        """A read-only view of ``version``.
+    def at(self, version: int | str | Version) -> Snapshot:
+        """A read-only view of ``version``: a number, a tag name, or a ``Version``.
 
         Raises:
-            VersionNotFoundError: no such version was committed.
+            VersionNotFoundError: no such version or tag.
         """
-        number = int(version)
+        number = self._resolve(version)
         if number == self._version.number:
             snapshot = Snapshot(self._storage, self._config, self._version, self._model)
             snapshot._index, snapshot._manifest, snapshot._chunks = self._index, self._manifest, self._chunks
             return snapshot
-        if number < 0 or not self._storage.exists(layout.version_record(number)):
+        return Snapshot(self._storage, self._config, _read_version(self._storage, number), self._model)
+
+    def tags(self) -> dict[str, int]:
+        """Every tag and the version it names."""
+        return {name: self._read_tag(name).version for name in self._tag_names()}
+
+    def diff(self, old: int | str | Version, new: int | str | Version | None = None) -> Diff:
+        """Keys added, removed and changed from ``old`` to ``new`` (default: this version).
+
+        Reads the two manifests only, never chunk data. Either order works: swapping
+        the versions swaps added and removed.
+        """
+        old_view = self.at(old)
+        new_view = self if new is None else self.at(new)
+        return Diff.between(old_view.version.number, new_view.version.number, old_view.manifest(), new_view.manifest())
+
+    # -- internals -----------------------------------------------------------------
+
+    def _resolve(self, version: int | str | Version) -> int:
+        """The version number that ``version`` (number, tag name or Version) means."""
+        if isinstance(version, str):
+            return self._read_tag(version).version
+        number = int(version)
+        if number != self._version.number and (
+            number < 0 or not self._storage.exists(layout.version_record(number))
+        ):
             latest = layout.version_numbers(self._storage.list(layout.VERSIONS))
             raise VersionNotFoundError(
                 f"version {version!r} does not exist; this store has versions 0 to {latest[-1] if latest else 0}"
             )
-        return Snapshot(self._storage, self._config, _read_version(self._storage, number), self._model)
+        return number
 
-    # -- internals -----------------------------------------------------------------
+    def _read_tag(self, name: str) -> Tag:
+        try:
+            check_tag_name(name)
+        except ValueError as exc:
+            raise VersionNotFoundError(f"there is no tag {name!r}: {exc}") from exc
+        if not self._storage.exists(layout.tag(name)):
+            raise VersionNotFoundError(f"there is no tag {name!r}; tags: {sorted(self._tag_names())}")
+        return Tag.model_validate_json(self._storage.read(layout.tag(name)))
+
+    def _tag_names(self) -> list[str]:
+        return [name.removesuffix(".json") for name in self._storage.list(layout.TAGS) if name.endswith(".json")]
 
     def _valid_key(self, key: object) -> bool:
         if self._config.key_type == "str":
@@ -399,8 +437,7 @@ class Store(Snapshot):
         batch = prepare(records, self._config, self._model, progress)
         if not len(batch):
             return self._version
-        index = self._key_index()
-        positions, found = index.first_positions(batch.key_hashes)
+        _, found = self._key_index().first_positions(batch.key_hashes)
         existing = [key for key, hit in zip(batch.keys, found) if hit and key in self]
         if existing:
             culprits = [(batch.keys.index(key), key) for key in existing]
@@ -409,17 +446,94 @@ class Store(Snapshot):
                 f"{describe(existing)}",
                 culprits,
             )
+        return self._commit(plan_append(batch), "append")
+
+    def upsert(self, records: Iterable[Any], *, progress: bool = False) -> Version:
+        """Insert new keys and replace existing ones, as one new version; return it.
+
+        A record whose content is unchanged is neither rewritten nor counted; if no
+        record changes, nothing is committed and the current version is returned.
+
+        Raises:
+            KeyFieldError, DuplicateKeyError, SchemaError, SplitError: the batch was
+                rejected (a replacement may not move a key to another split); the
+                store is unchanged.
+            ConflictError: another writer committed first; nothing was committed.
+        """
+        self._require_model()
+        batch = prepare(records, self._config, self._model, progress)
+        if not len(batch):
+            return self._version
+        return self._commit(plan_upsert(batch, self.manifest(), self._cache), "upsert")
+
+    def delete(self, keys: Iterable[Key], *, missing_ok: bool = False) -> Version:
+        """Remove ``keys`` as one new version and return it.
+
+        Raises:
+            KeyNotFoundError: some keys are not in the store (unless ``missing_ok``);
+                the error names them and the store is unchanged.
+            ConflictError: another writer committed first; nothing was committed.
+        """
+        keys = list(keys)
+        if not keys:
+            return self._version
+        return self._commit(plan_delete(keys, self.manifest(), self._cache, missing_ok), "delete")
+
+    def tag(self, name: str, version: int | Version | None = None, *, move: bool = False) -> Tag:
+        """Name ``version`` (default: the latest) ``name``; ``store.at(name)`` then reads it.
+
+        A tag never moves silently: tagging an existing name with another version
+        raises unless ``move=True``.
+
+        Raises:
+            TagError: the name is invalid, or it names another version and ``move`` is false.
+            VersionNotFoundError: no such version.
+        """
+        try:
+            check_tag_name(name)
+        except ValueError as exc:
+            raise TagError(str(exc)) from exc
+        number = self._version.number if version is None else self._resolve(version)
+        tag = Tag(name=name, version=number, created_at=datetime.now(timezone.utc))
+        data = tag.model_dump_json(indent=1).encode()
+        if self._storage.put_if_absent(layout.tag(name), data):
+            return tag
+        current = self._read_tag(name)
+        if current.version == number:
+            return current
+        if not move:
+            raise TagError(
+                f"tag {name!r} already names version {current.version}; pass move=True to point it at {number}"
+            )
+        self._storage.write(layout.tag(name), data)
+        return tag
+
+    def delete_tag(self, name: str) -> None:
+        """Remove tag ``name`` (the version it named stays).
+
+        Raises:
+            VersionNotFoundError: there is no such tag.
+        """
+        self._read_tag(name)
+        self._storage.delete(layout.tag(name))
+
+    # -- internals -----------------------------------------------------------------
+
+    def _commit(self, change: Change, operation: Operation) -> Version:
+        if change.empty:
+            return self._version
         parent_manifest = self._manifest_if_checkpoint_due()
         written = write_version(
-            self._storage, self._config, self._version, self.chunks(), batch, "append", None, parent_manifest
+            self._storage, self._config, self._version, self.chunks(), change, operation, parent_manifest
         )
+        index = self._key_index()
+        dropped = [number for number, name in enumerate(index.chunks) if name in change.dropped_chunks]
+        removed = np.flatnonzero(np.isin(index.chunk_ids, np.array(dropped, dtype=np.uint32)))
         new_index = index.with_changes(
-            np.empty(0, dtype=np.int64), batch.key_hashes, written.record_chunks, written.record_rows
+            removed, change.batch.key_hashes, written.record_chunks, written.record_rows
         )
         self._move_to(written.version, new_index, written.chunks)
         return written.version
-
-    # -- internals -----------------------------------------------------------------
 
     def _require_model(self) -> None:
         if self._config.record_schema is not None and self._model is None:

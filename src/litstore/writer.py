@@ -10,7 +10,6 @@ nothing.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
@@ -22,18 +21,9 @@ from litstore._litdata import ChunkInfo
 from litstore.chunks import ChunkCache
 from litstore.errors import ConflictError, IntegrityError
 from litstore.models import Operation, StoreConfig, Version
+from litstore.changes import MOVED, NEW, REPLACED, Change, Removal
 from litstore.records import Batch
 from litstore.storage import LocalStorage
-
-
-@dataclass(frozen=True)
-class Removal:
-    """Live records a new version drops: their keys, content hashes and splits."""
-
-    keys: Sequence[object]
-    content_hashes: Sequence[bytes]
-    splits: Sequence[str]
-    dropped_chunks: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -42,7 +32,7 @@ class Written:
 
     version: Version
     chunks: dict[str, list[ChunkInfo]]  # split -> chunks of the new version
-    record_chunks: list[str]  # chunk of each batch record, in batch order
+    record_chunks: list[str]  # chunk of each record of the change's batch, in batch order
     record_rows: np.ndarray  # row of each batch record inside its chunk
 
 
@@ -55,12 +45,11 @@ def write_version(
     config: StoreConfig,
     parent: Version,
     parent_chunks: dict[str, list[ChunkInfo]],
-    batch: Batch,
+    change: Change,
     operation: Operation,
-    removal: Removal | None = None,
     parent_manifest: pa.Table | None = None,
 ) -> Written:
-    """Write ``batch`` (and drop ``removal``) as version ``parent.number + 1`` and commit it.
+    """Write ``change`` as version ``parent.number + 1`` and commit it.
 
     Records of each split are written in key-hash order, so the chunks depend on
     the set of records, not on the order they came in. ``parent_manifest`` is
@@ -70,6 +59,7 @@ def write_version(
         IntegrityError: the written chunks do not hold every record exactly once.
         ConflictError: another writer committed this version number first.
     """
+    batch = change.batch
     number = parent.number + 1
     fragment = new_fragment_id()
     fragment_dir = layout.fragment(fragment)
@@ -102,11 +92,11 @@ def write_version(
             raise IntegrityError(f"litdata wrote {start} of {len(order)} records of split {split!r}")
     _check_landed(storage, batch, record_chunks, record_rows)
 
-    delta = _delta(config, number, batch, record_chunks, record_rows, removal)
+    delta = _delta(config, number, batch, record_chunks, record_rows, change.deleted)
     manifest_path = layout.manifest_delta(number)
     storage.write(manifest_path, manifest.to_parquet(delta))
 
-    chunks = _version_chunks(parent_chunks, new_chunks, removal)
+    chunks = _version_chunks(parent_chunks, new_chunks, change.dropped_chunks)
     for split, split_chunks in chunks.items():
         if split_chunks:
             storage.write(layout.split_index(number, split), _litdata.index_document(split_chunks, config.chunk_bytes))
@@ -118,13 +108,17 @@ def write_version(
         storage.write(checkpoint_path, manifest.to_parquet(full))
 
     counts = dict(parent.counts)
-    for split in batch.splits:
-        counts[split] = counts.get(split, 0) + 1
-    fingerprint = int(parent.fingerprint, 16) + hashing.fingerprint_sum(batch.keys, batch.content_hashes)
-    if removal is not None:
-        for split in removal.splits:
-            counts[split] -= 1
-        fingerprint -= hashing.fingerprint_sum(removal.keys, removal.content_hashes)
+    entering = np.flatnonzero(change.kinds != MOVED).tolist()
+    for position in np.flatnonzero(change.kinds == NEW).tolist():
+        counts[batch.splits[position]] = counts.get(batch.splits[position], 0) + 1
+    for split in change.deleted.splits:
+        counts[split] -= 1
+    fingerprint = (
+        int(parent.fingerprint, 16)
+        + hashing.fingerprint_sum([batch.keys[i] for i in entering], [batch.content_hashes[i] for i in entering])
+        - hashing.fingerprint_sum(change.replaced.keys, change.replaced.content_hashes)
+        - hashing.fingerprint_sum(change.deleted.keys, change.deleted.content_hashes)
+    )
     version = Version(
         number=number,
         parent=parent.number,
@@ -132,8 +126,9 @@ def write_version(
         created_at=datetime.now(timezone.utc),
         counts=counts,
         fingerprint=hashing.fingerprint_hex(fingerprint),
-        added=len(batch),
-        removed=len(removal.keys) if removal is not None else 0,
+        added=change.count(NEW),
+        replaced=change.count(REPLACED),
+        removed=len(change.deleted),
         fragments=(fragment,) if len(batch) else (),
         manifest=manifest_path,
         checkpoint=checkpoint_path,
@@ -184,7 +179,7 @@ def _delta(
     batch: Batch,
     record_chunks: list[str],
     record_rows: np.ndarray,
-    removal: Removal | None,
+    deleted: Removal,
 ) -> pa.Table:
     columns = {
         "key": list(batch.keys),
@@ -195,24 +190,23 @@ def _delta(
         "row": record_rows,
     }
     added = manifest.make_delta(config.key_type, number, columns)
-    if removal is None or not removal.keys:
+    if not len(deleted):
         return added
     removed_columns = {
-        "key": list(removal.keys),
-        "key_hash": hashing.key_hashes(removal.keys),  # type: ignore[arg-type]
-        "content_hash": list(removal.content_hashes),
-        "split": list(removal.splits),
-        "chunk": [""] * len(removal.keys),
-        "row": np.zeros(len(removal.keys), dtype=np.uint32),
+        "key": deleted.keys,
+        "key_hash": hashing.key_hashes(deleted.keys),
+        "content_hash": deleted.content_hashes,
+        "split": deleted.splits,
+        "chunk": [""] * len(deleted),
+        "row": np.zeros(len(deleted), dtype=np.uint32),
     }
-    removed = manifest.make_delta(config.key_type, number, removed_columns, deleted=[True] * len(removal.keys))
+    removed = manifest.make_delta(config.key_type, number, removed_columns, deleted=[True] * len(deleted))
     return pa.concat_tables([removed, added])
 
 
 def _version_chunks(
-    parent_chunks: dict[str, list[ChunkInfo]], new_chunks: dict[str, list[ChunkInfo]], removal: Removal | None
+    parent_chunks: dict[str, list[ChunkInfo]], new_chunks: dict[str, list[ChunkInfo]], dropped: frozenset[str]
 ) -> dict[str, list[ChunkInfo]]:
-    dropped = removal.dropped_chunks if removal is not None else frozenset()
     chunks: dict[str, list[ChunkInfo]] = {}
     for split in sorted(set(parent_chunks) | set(new_chunks)):
         kept = [chunk for chunk in parent_chunks.get(split, []) if chunk.filename not in dropped]
