@@ -23,14 +23,16 @@ import pyarrow as pa
 import pydantic
 from pydantic.errors import PydanticUserError
 
-from litstore import _litdata, codec, hashing, layout, manifest, verify as verification
+from litstore import _litdata, codec, hashing, layout, manifest, streaming, verify as verification
 from litstore._litdata import ChunkInfo
 from litstore.chunks import ChunkCache
 from litstore.errors import (
     DuplicateKeyError,
     KeyNotFoundError,
+    LitstoreError,
     QueryError,
     SchemaError,
+    SplitError,
     StoreExistsError,
     StoreNotFoundError,
     TagError,
@@ -41,6 +43,7 @@ from litstore.keyindex import KeyIndex
 from litstore.models import HashSplit, Operation, SchemaRef, SplitRule, StoreConfig, Tag, Version, check_tag_name
 from litstore.records import prepare
 from litstore.storage import LocalStorage
+from litstore.streaming import VersionDataset
 from litstore.changes import Change, plan_append, plan_delete, plan_upsert
 from litstore.diff import Diff
 from litstore.writer import write_version
@@ -227,6 +230,38 @@ class Snapshot:
         if self._chunks is None:
             self._chunks = _read_chunks(self._storage, self._version)
         return self._chunks
+
+    def dataset(
+        self, version: int | str | Version | None = None, split: str | None = None, **kwargs: Any
+    ) -> VersionDataset:
+        """A litdata ``StreamingDataset`` over exactly the live records of ``version`` and ``split``.
+
+        ``version`` defaults to this view's version, ``split`` to all splits. Keyword
+        arguments go to ``StreamingDataset`` (``shuffle``, ``seed``, ``drop_last``,
+        ``transform``, ...). Items are decoded records. The chunks are read in place,
+        never copied; pass the result to ``litdata.StreamingDataLoader`` as it is.
+
+        Raises:
+            SplitError: ``split`` is not one of the store's splits.
+            LitstoreError: the version has no records in ``split``.
+        """
+        if version is not None and self._resolve(version) != self._version.number:
+            return self.at(version).dataset(split=split, **kwargs)
+        if split is not None and split not in self.splits:
+            raise SplitError(f"unknown split {split!r}; this store's splits are {self.splits}")
+        chunks = [chunk for name, listed in sorted(self.chunks().items()) if split in (None, name) for chunk in listed]
+        if not chunks:
+            raise LitstoreError(f"version {self._version.number} has no records in {split or 'any split'}")
+        view = streaming.local_view(
+            self._storage.url, self._version.number, self._version.fingerprint, split, chunks, self._config.chunk_bytes
+        )
+        identity = {
+            "root": self._storage.url,
+            "version": self._version.number,
+            "split": split,
+            "fingerprint": self._version.fingerprint,
+        }
+        return VersionDataset(view, identity, **kwargs)
 
     @property
     def lookup_index_bytes(self) -> int:

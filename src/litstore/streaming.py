@@ -1,0 +1,108 @@
+"""Streaming a pinned version into training through litdata's ``StreamingDataset``.
+
+litdata reads a dataset from a directory holding ``index.json``. A local store gives
+each (version, split) its own small *view* directory outside the store root::
+
+    <views>/<store id>/<version>/<split>/index.json    that split's litdata index
+    <views>/<store id>/<version>/<split>/fragments  -> <root>/fragments   (symlink)
+
+so litdata memory-maps the committed chunks in place (no copy of chunk data), the
+store root is never written by readers (a shared, read-only store streams fine), and
+two versions never share an ``index.json`` or a cache (litdata copies a custom
+``index_path`` into the input directory, so versions cannot share one).
+
+:class:`VersionDataset` decodes each item back into its record and records the
+version it streams in ``state_dict()``, so a loader state saved on one version
+refuses to resume on another.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from litdata import StreamingDataset
+
+from litstore import _litdata, codec
+from litstore._litdata import ChunkInfo
+from litstore.errors import LitstoreError
+
+_STATE_KEY = "litstore"
+
+
+class StreamStateError(LitstoreError, ValueError):
+    """A loader state saved on one version or split was loaded into a dataset of another."""
+
+
+def decode_item(item: Any) -> Any:
+    """litdata transform: the stored bytes of one item -> its record."""
+    return codec.decode(item)
+
+
+class VersionDataset(StreamingDataset):
+    """A litdata ``StreamingDataset`` over one pinned version (and split) of a store.
+
+    Behaves exactly like ``StreamingDataset`` (shuffle, workers, DDP, ``StreamingDataLoader``
+    resume) and yields decoded records. Build it with ``store.dataset(...)``.
+    """
+
+    def __init__(self, view_dir: str, identity: dict[str, Any], **kwargs: Any) -> None:
+        transform = kwargs.pop("transform", None)
+        user_transforms: list[Callable[[Any], Any]] = (
+            [] if transform is None else list(transform) if isinstance(transform, list) else [transform]
+        )
+        super().__init__(view_dir, transform=[decode_item, *user_transforms], **kwargs)
+        self.identity = dict(identity)
+
+    def state_dict(self, num_samples_yielded: int, num_workers: int, batch_size: int) -> dict[str, Any]:
+        state = super().state_dict(num_samples_yielded, num_workers, batch_size)
+        state[_STATE_KEY] = self.identity
+        return state
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        saved = state_dict.get(_STATE_KEY)
+        if saved != self.identity:
+            raise StreamStateError(
+                f"this loader state was saved while streaming {_describe(saved)}; "
+                f"it cannot resume a dataset over {_describe(self.identity)}"
+            )
+        super().load_state_dict(state_dict)
+
+
+def _describe(identity: dict[str, Any] | None) -> str:
+    if not identity:
+        return "something other than a litstore version"
+    split = identity.get("split") or "all splits"
+    return f"version {identity['version']} ({split}, fingerprint {identity['fingerprint']}) of {identity['root']}"
+
+
+def views_root() -> Path:
+    """Where view directories live: ``$LITSTORE_VIEWS`` or a folder in the temp directory."""
+    return Path(os.environ.get("LITSTORE_VIEWS") or Path(tempfile.gettempdir()) / "litstore-views")
+
+
+def local_view(
+    root: str, version: int, fingerprint: str, split: str | None, chunks: list[ChunkInfo], chunk_bytes: int
+) -> str:
+    """Make (or reuse) the view directory of one version and split of a local store."""
+    store_id = hashlib.sha256(root.encode()).hexdigest()[:16]
+    directory = views_root() / store_id / f"{version:08d}-{fingerprint[:12]}" / (split or "_all")
+    directory.mkdir(parents=True, exist_ok=True)
+    link = directory / "fragments"
+    target = Path(root) / "fragments"
+    if not link.is_symlink():
+        temporary = directory / f".fragments-{os.getpid()}"
+        temporary.unlink(missing_ok=True)
+        temporary.symlink_to(target, target_is_directory=True)
+        os.replace(temporary, link)
+    index = directory / "index.json"
+    document = _litdata.index_document(chunks, chunk_bytes)
+    if not index.exists() or index.read_bytes() != document:
+        temporary = directory / f".index-{os.getpid()}.json"
+        temporary.write_bytes(document)
+        os.replace(temporary, index)
+    return str(directory)
