@@ -55,6 +55,11 @@ class Change:
     def empty(self) -> bool:
         return not len(self.batch) and not len(self.deleted)
 
+    def touched_keys(self) -> set[Any]:
+        """Keys this change adds, replaces or deletes (not those it only moves)."""
+        written = {key for key, kind in zip(self.batch.keys, self.kinds.tolist()) if kind != MOVED}
+        return written | set(self.deleted.keys)
+
     def count(self, kind: int) -> int:
         return int(np.count_nonzero(self.kinds == kind))
 

@@ -2,11 +2,16 @@
 
     litstore.json                                   StoreConfig
     versions/<v>.json                               Version: its creation is the commit
-    versions/<v>/<split>/index.json                 litdata index of that version's split
-    manifests/<v>.parquet                           manifest delta of version v
-    manifests/<v>.checkpoint.parquet                full manifest at version v (some versions)
-    fragments/<fragment>/chunk-<fragment>-<n>.bin   litdata chunks, written once, never changed
+    versions/<v>-<txn>/<split>/index.json           litdata index of that version's split
+    manifests/<v>-<txn>.parquet                     manifest delta of version v
+    manifests/<v>-<txn>.checkpoint.parquet          full manifest at version v (some versions)
+    fragments/<txn>/chunk-<txn>-<n>.bin             litdata chunks, written once, never changed
     tags/<name>.json                                Tag: a name for a version
+
+``<txn>`` is the id of the write attempt (also its fragment id). Every file a writer
+writes before its commit carries it, so writers racing for the same version number
+never write the same path: the loser's files are simply never referenced. The commit
+record names the files of its version.
 
 Version numbers are zero-padded to 8 digits so that listings sort; readers parse
 them as integers, so larger numbers still work.
@@ -33,20 +38,24 @@ def version_record(number: int) -> str:
     return f"{VERSIONS}/{version_name(number)}.json"
 
 
-def split_index(number: int, split: str) -> str:
-    return f"{VERSIONS}/{version_name(number)}/{split}/index.json"
+def index_directory(number: int, transaction: str) -> str:
+    return f"{VERSIONS}/{version_name(number)}-{transaction}"
 
 
-def manifest_delta(number: int) -> str:
-    return f"{MANIFESTS}/{version_name(number)}.parquet"
+def split_index(number: int, transaction: str, split: str) -> str:
+    return f"{index_directory(number, transaction)}/{split}/index.json"
 
 
-def manifest_checkpoint(number: int) -> str:
-    return f"{MANIFESTS}/{version_name(number)}.checkpoint.parquet"
+def manifest_delta(number: int, transaction: str) -> str:
+    return f"{MANIFESTS}/{version_name(number)}-{transaction}.parquet"
 
 
-def fragment(fragment_id: str) -> str:
-    return f"{FRAGMENTS}/{fragment_id}"
+def manifest_checkpoint(number: int, transaction: str) -> str:
+    return f"{MANIFESTS}/{version_name(number)}-{transaction}.checkpoint.parquet"
+
+
+def fragment(transaction: str) -> str:
+    return f"{FRAGMENTS}/{transaction}"
 
 
 def version_numbers(names: list[str]) -> list[int]:

@@ -9,12 +9,12 @@ This is the only module that imports DuckDB. Columns of a manifest::
     chunk         str            chunk file, relative to the store root
     row           uint32         item index inside the chunk
 
-A delta (``manifests/<v>.parquet``) holds what version ``v`` changed: a row for each
-record it wrote (added, replaced, or moved by a chunk rewrite) and a row with
-``deleted = true`` for each key it removed; both carry ``version = v``. The manifest
-of version ``v`` is, for each key, the rows of the newest delta up to ``v`` that
-mentions it, unless those are deletions. Every ``checkpoint_interval`` versions a
-full manifest (``manifests/<v>.checkpoint.parquet``) is written too, so composing a
+A delta (``manifests/<v>-<txn>.parquet``) holds what version ``v`` changed, with two
+more columns: ``change`` is ``added``, ``replaced`` (new content for a key),
+``moved`` (same content, rewritten by a chunk copy-on-write) or ``deleted``, and
+``version`` is ``v``. The manifest of version ``v`` is, for each key, the rows of the
+newest delta up to ``v`` that mentions it, unless those are deletions. Every
+``checkpoint_interval`` versions a full manifest is written too, so composing a
 version reads one checkpoint and fewer than ``checkpoint_interval`` deltas.
 """
 
@@ -46,19 +46,22 @@ def schema(key_type: str) -> pa.Schema:
     )
 
 
+CHANGES = ("added", "replaced", "moved", "deleted")
+
+
 def delta_schema(key_type: str) -> pa.Schema:
-    return schema(key_type).append(pa.field("deleted", pa.bool_())).append(pa.field("version", pa.int64()))
+    return schema(key_type).append(pa.field("change", pa.string())).append(pa.field("version", pa.int64()))
 
 
 def empty(key_type: str) -> pa.Table:
     return schema(key_type).empty_table()
 
 
-def make_delta(key_type: str, version: int, columns: dict[str, Any], deleted: Sequence[bool] | None = None) -> pa.Table:
-    """A delta table from manifest ``columns``; rows are additions unless ``deleted``."""
+def make_delta(key_type: str, version: int, columns: dict[str, Any], changes: Sequence[str]) -> pa.Table:
+    """A delta table from manifest ``columns`` and the ``change`` of each row."""
     count = len(columns["key"])
     arrays = [pa.array(columns[name], type=field.type) for name, field in zip(MANIFEST_COLUMNS, schema(key_type))]
-    arrays.append(pa.array(deleted if deleted is not None else [False] * count, type=pa.bool_()))
+    arrays.append(pa.array(changes, type=pa.string()))
     arrays.append(pa.array([version] * count, type=pa.int64()))
     return pa.Table.from_arrays(arrays, schema=delta_schema(key_type))
 
@@ -83,7 +86,7 @@ def compose(key_type: str, checkpoint: pa.Table | None, deltas: Sequence[pa.Tabl
     if checkpoint is not None:
         base = checkpoint.select(list(MANIFEST_COLUMNS))
         count = base.num_rows
-        base = base.append_column("deleted", pa.array([False] * count, pa.bool_()))
+        base = base.append_column("change", pa.array(["added"] * count, pa.string()))
         parts.append(base.append_column("version", pa.array([-1] * count, pa.int64())))
     parts.extend(delta.cast(delta_schema(key_type)) for delta in deltas)
     if not parts:
@@ -92,7 +95,7 @@ def compose(key_type: str, checkpoint: pa.Table | None, deltas: Sequence[pa.Tabl
     query = f"""
         SELECT {", ".join(f'"{name}"' for name in MANIFEST_COLUMNS)}
         FROM history
-        QUALIFY version = max(version) OVER (PARTITION BY key) AND NOT deleted
+        QUALIFY version = max(version) OVER (PARTITION BY key) AND change <> 'deleted'
         ORDER BY key_hash, key, chunk, "row"
     """
     with duckdb.connect() as connection:
@@ -190,3 +193,8 @@ def diff(old: pa.Table, new: pa.Table) -> dict[str, pa.Table]:
         kind: joined.filter(pa.compute.equal(kinds, kind)).select(["key", "split"])
         for kind in ("added", "removed", "changed")
     }
+
+
+def touched_keys(delta: pa.Table) -> list[Any]:
+    """Keys a delta added, replaced or deleted (not those it only moved)."""
+    return query("SELECT DISTINCT key FROM d WHERE change <> 'moved'", {"d": delta}).column(0).to_pylist()

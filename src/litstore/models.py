@@ -143,9 +143,13 @@ class Version(_Frozen):
         fingerprint: order-independent hash of the live (key, content hash) pairs,
             as 32 hex digits; equal fingerprints mean equal contents.
         added, replaced, removed: keys this commit added, gave new content, removed.
+        transaction: id of the write attempt that made this version; it names the
+            files below (``None`` for version 0).
         fragments: fragment ids whose chunks this commit wrote.
+        dropped_chunks: the parent's chunks this version no longer lists (copy-on-write).
         manifest: the manifest delta this commit wrote, relative to the store root.
         checkpoint: a full manifest written with this commit, if any.
+        indexes: the litdata index file of each non-empty split.
     """
 
     format_version: int = FORMAT_VERSION
@@ -158,9 +162,12 @@ class Version(_Frozen):
     added: int = 0
     replaced: int = 0
     removed: int = 0
+    transaction: str | None = None
     fragments: tuple[str, ...] = ()
+    dropped_chunks: tuple[str, ...] = ()
     manifest: str | None = None
     checkpoint: str | None = None
+    indexes: dict[str, str] = Field(default_factory=dict)
 
     @property
     def total(self) -> int:

@@ -12,6 +12,7 @@ place, so a reader never sees a half-written file.
 from __future__ import annotations
 
 import os
+import shutil
 import uuid
 from pathlib import Path
 
@@ -98,6 +99,15 @@ class LocalStorage:
     def delete(self, path: str) -> None:
         try:
             (self.root / path).unlink(missing_ok=True)
+        except OSError as exc:
+            raise StorageError(f"cannot delete {path!r} in {self.root}: {exc}") from exc
+
+    def delete_tree(self, path: str) -> None:
+        """Remove directory ``path`` and everything under it (nothing if it does not exist)."""
+        try:
+            shutil.rmtree(self.root / path)
+        except FileNotFoundError:
+            pass
         except OSError as exc:
             raise StorageError(f"cannot delete {path!r} in {self.root}: {exc}") from exc
 

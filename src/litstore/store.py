@@ -13,7 +13,9 @@ become visible after :meth:`Store.refresh` (or when a new store is opened). A
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Iterator, Sequence
+import random
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import datetime, timezone
 from importlib import import_module
 from typing import Any, TypeVar
@@ -27,6 +29,7 @@ from litstore import _litdata, codec, hashing, layout, manifest, streaming, veri
 from litstore._litdata import ChunkInfo
 from litstore.chunks import ChunkCache
 from litstore.errors import (
+    ConflictError,
     DuplicateKeyError,
     KeyNotFoundError,
     LitstoreError,
@@ -46,12 +49,14 @@ from litstore.storage import LocalStorage
 from litstore.streaming import VersionDataset
 from litstore.changes import Change, plan_append, plan_delete, plan_upsert
 from litstore.diff import Diff
-from litstore.writer import write_version
+from litstore.writer import discard, publish, stage
 
 Record = dict[str, Any]
 Key = str | int
 _Default = TypeVar("_Default")
 _RAISE: Any = object()
+
+_MAX_COMMIT_ATTEMPTS = 200
 
 #: An empty fingerprint (the sum over no records).
 _EMPTY_FINGERPRINT = hashing.fingerprint_hex(0)
@@ -481,7 +486,7 @@ class Store(Snapshot):
                 f"{describe(existing)}",
                 culprits,
             )
-        return self._commit(plan_append(batch), "append")
+        return self._commit(lambda: plan_append(batch), "append")
 
     def upsert(self, records: Iterable[Any], *, progress: bool = False) -> Version:
         """Insert new keys and replace existing ones, as one new version; return it.
@@ -499,7 +504,7 @@ class Store(Snapshot):
         batch = prepare(records, self._config, self._model, progress)
         if not len(batch):
             return self._version
-        return self._commit(plan_upsert(batch, self.manifest(), self._cache), "upsert")
+        return self._commit(lambda: plan_upsert(batch, self.manifest(), self._cache), "upsert")
 
     def delete(self, keys: Iterable[Key], *, missing_ok: bool = False) -> Version:
         """Remove ``keys`` as one new version and return it.
@@ -512,7 +517,7 @@ class Store(Snapshot):
         keys = list(keys)
         if not keys:
             return self._version
-        return self._commit(plan_delete(keys, self.manifest(), self._cache, missing_ok), "delete")
+        return self._commit(lambda: plan_delete(keys, self.manifest(), self._cache, missing_ok), "delete")
 
     def tag(self, name: str, version: int | Version | None = None, *, move: bool = False) -> Tag:
         """Name ``version`` (default: the latest) ``name``; ``store.at(name)`` then reads it.
@@ -554,21 +559,70 @@ class Store(Snapshot):
 
     # -- internals -----------------------------------------------------------------
 
-    def _commit(self, change: Change, operation: Operation) -> Version:
+    def _commit(self, plan: Callable[[], Change], operation: Operation) -> Version:
+        """Stage the planned change once, then publish it, rebasing over other writers' commits.
+
+        When another writer commits first, the store catches up with it. If that
+        writer added, replaced or deleted any key this change touches, nothing is
+        committed and :class:`ConflictError` names the keys. If it only rewrote a chunk
+        this change also rewrites, the change is planned and staged again. Otherwise
+        the staged fragment is published on top of the new head.
+        """
+        change = plan()
         if change.empty:
             return self._version
-        parent_manifest = self._manifest_if_checkpoint_due()
-        written = write_version(
-            self._storage, self._config, self._version, self.chunks(), change, operation, parent_manifest
-        )
-        index = self._key_index()
-        dropped = [number for number, name in enumerate(index.chunks) if name in change.dropped_chunks]
-        removed = np.flatnonzero(np.isin(index.chunk_ids, np.array(dropped, dtype=np.uint32)))
-        new_index = index.with_changes(
-            removed, change.batch.key_hashes, written.record_chunks, written.record_rows
-        )
-        self._move_to(written.version, new_index, written.chunks)
-        return written.version
+        staged = stage(self._storage, self._config, change)
+        for attempt in range(_MAX_COMMIT_ATTEMPTS):
+            try:
+                version, chunks = publish(
+                    self._storage,
+                    self._config,
+                    self._version,
+                    self.chunks(),
+                    change,
+                    staged,
+                    operation,
+                    self._manifest_if_checkpoint_due(),
+                )
+            except ConflictError:
+                touched, dropped = self._catch_up()
+                clash = sorted(touched & change.touched_keys(), key=repr)
+                if clash:
+                    discard(self._storage, staged)
+                    raise ConflictError(
+                        f"another writer committed changes to {len(clash)} of the same keys first "
+                        f"(now at version {self._version.number}): {describe(clash)}; nothing was committed"
+                    ) from None
+                if dropped & change.dropped_chunks:
+                    discard(self._storage, staged)
+                    change = plan()
+                    if change.empty:
+                        return self._version
+                    staged = stage(self._storage, self._config, change)
+                time.sleep(random.uniform(0, 0.002 * (attempt + 1)))
+                continue
+            index = self._key_index()
+            dropped_ids = [number for number, name in enumerate(index.chunks) if name in change.dropped_chunks]
+            removed = np.flatnonzero(np.isin(index.chunk_ids, np.array(dropped_ids, dtype=np.uint32)))
+            new_index = index.with_changes(removed, change.batch.key_hashes, staged.record_chunks, staged.record_rows)
+            self._move_to(version, new_index, chunks)
+            return version
+        discard(self._storage, staged)
+        raise ConflictError(f"gave up after {_MAX_COMMIT_ATTEMPTS} attempts to commit; nothing was committed")
+
+    def _catch_up(self) -> tuple[set[Any], set[str]]:
+        """Move to the latest version; return the keys and chunks the skipped commits changed."""
+        touched: set[Any] = set()
+        dropped: set[str] = set()
+        start = self._version.number
+        numbers = layout.version_numbers(self._storage.list(layout.VERSIONS))
+        for number in (n for n in numbers if n > start):
+            version = _read_version(self._storage, number)
+            if version.manifest is not None:
+                touched.update(manifest.touched_keys(manifest.from_parquet(self._storage.read(version.manifest))))
+            dropped.update(version.dropped_chunks)
+            self._move_to(version, None)
+        return touched, dropped
 
     def _require_model(self) -> None:
         if self._config.record_schema is not None and self._model is None:
@@ -612,20 +666,22 @@ def _read_version(storage: LocalStorage, number: int) -> Version:
 
 
 def _read_chunks(storage: LocalStorage, version: Version) -> dict[str, list[ChunkInfo]]:
-    return {
-        split: _litdata.parse_index_document(storage.read(layout.split_index(version.number, split)))
-        for split, count in version.counts.items()
-        if count
-    }
+    return {split: _litdata.parse_index_document(storage.read(path)) for split, path in version.indexes.items()}
 
 
 def _compose(storage: LocalStorage, config: StoreConfig, number: int) -> pa.Table:
-    """The manifest of version ``number``: newest checkpoint at or below it, then deltas."""
-    base = number - number % config.checkpoint_interval
-    while base > 0 and not storage.exists(layout.manifest_checkpoint(base)):
-        base -= config.checkpoint_interval
-    checkpoint = manifest.from_parquet(storage.read(layout.manifest_checkpoint(base))) if base > 0 else None
-    deltas = [manifest.from_parquet(storage.read(layout.manifest_delta(n))) for n in range(max(base, 0) + 1, number + 1)]
+    """The manifest of version ``number``: the newest checkpoint at or below it, then deltas."""
+    pending: list[str] = []
+    checkpoint = None
+    while number > 0:
+        version = _read_version(storage, number)
+        if version.checkpoint is not None:
+            checkpoint = manifest.from_parquet(storage.read(version.checkpoint))
+            break
+        if version.manifest is not None:
+            pending.append(version.manifest)
+        number -= 1
+    deltas = [manifest.from_parquet(storage.read(path)) for path in reversed(pending)]
     return manifest.compose(config.key_type, checkpoint, deltas)
 
 

@@ -1,10 +1,15 @@
-"""Writing one new version: chunks, self-check, manifest delta, split indexes, commit.
+"""Writing a new version in two steps: *stage* the data, then *publish* the commit.
 
-The order is what makes a crash harmless: everything a version references is
-written before its commit record, and the commit record is created with
-put-if-absent. A writer that dies earlier leaves only files no version references
-(``gc`` removes them); a writer that loses the race to another writer commits
-nothing.
+:func:`stage` writes the change's records into a new fragment and reads them back
+(every record must sit, intact, exactly once where it is said to be). It does not
+depend on the parent version, so a writer that loses a commit race keeps its staged
+fragment. :func:`publish` writes what does depend on the parent (the manifest delta,
+the split indexes, sometimes a checkpoint), all under paths unique to this attempt,
+and then creates the commit record with put-if-absent.
+
+That order makes a crash harmless: a writer that dies before the commit record
+exists leaves only files no version references (``gc`` removes them later), and a
+committed version never references a file that is not complete.
 """
 
 from __future__ import annotations
@@ -18,51 +23,42 @@ import pyarrow as pa
 
 from litstore import _litdata, hashing, layout, manifest
 from litstore._litdata import ChunkInfo
+from litstore.changes import MOVED, NEW, REPLACED, Change
 from litstore.chunks import ChunkCache
 from litstore.errors import ConflictError, IntegrityError
 from litstore.models import Operation, StoreConfig, Version
-from litstore.changes import MOVED, NEW, REPLACED, Change, Removal
 from litstore.records import Batch
 from litstore.storage import LocalStorage
 
+_CHANGE_NAMES = {NEW: "added", REPLACED: "replaced", MOVED: "moved"}
+
 
 @dataclass(frozen=True)
-class Written:
-    """What a committed write produced, for the caller to update its in-memory state."""
+class Staged:
+    """A change's records written to a fragment and checked; not yet part of any version."""
 
-    version: Version
-    chunks: dict[str, list[ChunkInfo]]  # split -> chunks of the new version
+    transaction: str
+    chunks: dict[str, list[ChunkInfo]]  # split -> new chunks
     record_chunks: list[str]  # chunk of each record of the change's batch, in batch order
-    record_rows: np.ndarray  # row of each batch record inside its chunk
+    record_rows: np.ndarray  # row of each record inside its chunk
 
 
-def new_fragment_id() -> str:
+def new_transaction_id() -> str:
     return uuid.uuid4().hex[:20]
 
 
-def write_version(
-    storage: LocalStorage,
-    config: StoreConfig,
-    parent: Version,
-    parent_chunks: dict[str, list[ChunkInfo]],
-    change: Change,
-    operation: Operation,
-    parent_manifest: pa.Table | None = None,
-) -> Written:
-    """Write ``change`` as version ``parent.number + 1`` and commit it.
+def stage(storage: LocalStorage, config: StoreConfig, change: Change) -> Staged:
+    """Write the change's records into a new fragment, in key-hash order per split.
 
-    Records of each split are written in key-hash order, so the chunks depend on
-    the set of records, not on the order they came in. ``parent_manifest`` is
-    needed only when this version is due a manifest checkpoint.
+    Key-hash order makes the chunks depend on the set of records, not on the order
+    they came in.
 
     Raises:
         IntegrityError: the written chunks do not hold every record exactly once.
-        ConflictError: another writer committed this version number first.
     """
     batch = change.batch
-    number = parent.number + 1
-    fragment = new_fragment_id()
-    fragment_dir = layout.fragment(fragment)
+    transaction = new_transaction_id()
+    fragment_dir = layout.fragment(transaction)
     record_chunks: list[str] = [""] * len(batch)
     record_rows = np.zeros(len(batch), dtype=np.uint32)
     new_chunks: dict[str, list[ChunkInfo]] = {}
@@ -70,11 +66,10 @@ def write_version(
     next_chunk = 0
     for split in sorted(set(batch.splits)):
         members = np.flatnonzero(split_names == split)
-        order = members[np.argsort(batch.key_hashes[members], kind="stable")]
-        order = _break_hash_ties(order, batch)
+        order = _break_hash_ties(members[np.argsort(batch.key_hashes[members], kind="stable")], batch)
         written = _litdata.write_chunks(
             storage.make_directory(fragment_dir),
-            fragment,
+            transaction,
             fragment_dir,
             [batch.payloads[i] for i in order],
             first_chunk=next_chunk,
@@ -84,57 +79,90 @@ def write_version(
         new_chunks[split] = written
         start = 0
         for chunk in written:
-            for row, position in enumerate(order[start : start + chunk.num_items]):
+            for row, position in enumerate(order[start : start + chunk.num_items].tolist()):
                 record_chunks[position] = chunk.filename
                 record_rows[position] = row
             start += chunk.num_items
         if start != len(order):
             raise IntegrityError(f"litdata wrote {start} of {len(order)} records of split {split!r}")
     _check_landed(storage, batch, record_chunks, record_rows)
+    return Staged(transaction, new_chunks, record_chunks, record_rows)
 
-    delta = _delta(config, number, batch, record_chunks, record_rows, change.deleted)
-    manifest_path = layout.manifest_delta(number)
+
+def publish(
+    storage: LocalStorage,
+    config: StoreConfig,
+    parent: Version,
+    parent_chunks: dict[str, list[ChunkInfo]],
+    change: Change,
+    staged: Staged,
+    operation: Operation,
+    parent_manifest: pa.Table | None = None,
+) -> tuple[Version, dict[str, list[ChunkInfo]]]:
+    """Commit ``staged`` as version ``parent.number + 1``; returns it and its chunks.
+
+    ``parent_manifest`` is needed only when the new version is due a checkpoint.
+
+    Raises:
+        ConflictError: another writer committed this version number first; the
+            files this call wrote are removed again, the staged fragment is kept.
+    """
+    number = parent.number + 1
+    transaction = staged.transaction
+    delta = _delta(config, number, change, staged)
+    written: list[str] = []
+    manifest_path = layout.manifest_delta(number, transaction)
     storage.write(manifest_path, manifest.to_parquet(delta))
+    written.append(manifest_path)
 
-    chunks = _version_chunks(parent_chunks, new_chunks, change.dropped_chunks)
+    chunks = _version_chunks(parent_chunks, staged.chunks, change.dropped_chunks)
+    indexes: dict[str, str] = {}
     for split, split_chunks in chunks.items():
         if split_chunks:
-            storage.write(layout.split_index(number, split), _litdata.index_document(split_chunks, config.chunk_bytes))
+            indexes[split] = layout.split_index(number, transaction, split)
+            storage.write(indexes[split], _litdata.index_document(split_chunks, config.chunk_bytes))
+    written.extend(indexes.values())
 
     checkpoint_path = None
     if number % config.checkpoint_interval == 0 and parent_manifest is not None:
-        checkpoint_path = layout.manifest_checkpoint(number)
+        checkpoint_path = layout.manifest_checkpoint(number, transaction)
         full = manifest.compose(config.key_type, parent_manifest, [delta])
         storage.write(checkpoint_path, manifest.to_parquet(full))
+        written.append(checkpoint_path)
 
     counts = dict(parent.counts)
-    entering = np.flatnonzero(change.kinds != MOVED).tolist()
-    for position in np.flatnonzero(change.kinds == NEW).tolist():
-        counts[batch.splits[position]] = counts.get(batch.splits[position], 0) + 1
-    for split in change.deleted.splits:
-        counts[split] -= 1
-    fingerprint = (
-        int(parent.fingerprint, 16)
-        + hashing.fingerprint_sum([batch.keys[i] for i in entering], [batch.content_hashes[i] for i in entering])
-        - hashing.fingerprint_sum(change.replaced.keys, change.replaced.content_hashes)
-        - hashing.fingerprint_sum(change.deleted.keys, change.deleted.content_hashes)
-    )
+    for split, change_in_count in _count_changes(change).items():
+        counts[split] = counts.get(split, 0) + change_in_count
     version = Version(
         number=number,
         parent=parent.number,
         operation=operation,
         created_at=datetime.now(timezone.utc),
         counts=counts,
-        fingerprint=hashing.fingerprint_hex(fingerprint),
+        fingerprint=hashing.fingerprint_hex(int(parent.fingerprint, 16) + _fingerprint_change(change)),
         added=change.count(NEW),
         replaced=change.count(REPLACED),
         removed=len(change.deleted),
-        fragments=(fragment,) if len(batch) else (),
+        transaction=transaction,
+        fragments=(transaction,) if len(change.batch) else (),
+        dropped_chunks=tuple(sorted(change.dropped_chunks)),
         manifest=manifest_path,
         checkpoint=checkpoint_path,
+        indexes=indexes,
     )
-    commit(storage, version)
-    return Written(version, chunks, record_chunks, record_rows)
+    try:
+        commit(storage, version)
+    except ConflictError:
+        for path in written:
+            storage.delete(path)
+        storage.delete_tree(layout.index_directory(number, transaction))
+        raise
+    return version, chunks
+
+
+def discard(storage: LocalStorage, staged: Staged) -> None:
+    """Remove a staged fragment that will never be committed."""
+    storage.delete_tree(layout.fragment(staged.transaction))
 
 
 def commit(storage: LocalStorage, version: Version) -> None:
@@ -144,10 +172,28 @@ def commit(storage: LocalStorage, version: Version) -> None:
         ConflictError: a commit record for this number already exists.
     """
     if not storage.put_if_absent(layout.version_record(version.number), version.model_dump_json(indent=1).encode()):
-        raise ConflictError(
-            f"version {version.number} was committed by another writer first; nothing was committed. "
-            "Reopen the store and retry."
-        )
+        raise ConflictError(f"version {version.number} was committed by another writer first")
+
+
+def _count_changes(change: Change) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for position in np.flatnonzero(change.kinds == NEW).tolist():
+        split = change.batch.splits[position]
+        counts[split] = counts.get(split, 0) + 1
+    for split in change.deleted.splits:
+        counts[split] = counts.get(split, 0) - 1
+    return counts
+
+
+def _fingerprint_change(change: Change) -> int:
+    """What the change adds to the parent's fingerprint (modulo 2**128)."""
+    batch = change.batch
+    entering = np.flatnonzero(change.kinds != MOVED).tolist()
+    return (
+        hashing.fingerprint_sum([batch.keys[i] for i in entering], [batch.content_hashes[i] for i in entering])
+        - hashing.fingerprint_sum(change.replaced.keys, change.replaced.content_hashes)
+        - hashing.fingerprint_sum(change.deleted.keys, change.deleted.content_hashes)
+    )
 
 
 def _break_hash_ties(order: np.ndarray, batch: Batch) -> np.ndarray:
@@ -155,7 +201,7 @@ def _break_hash_ties(order: np.ndarray, batch: Batch) -> np.ndarray:
     hashes = batch.key_hashes[order]
     if len(hashes) < 2 or not np.any(hashes[1:] == hashes[:-1]):
         return order
-    return np.array(sorted(order, key=lambda i: (int(batch.key_hashes[i]), batch.content_hashes[i])))
+    return np.array(sorted(order.tolist(), key=lambda i: (int(batch.key_hashes[i]), batch.content_hashes[i])))
 
 
 def _check_landed(storage: LocalStorage, batch: Batch, record_chunks: list[str], record_rows: np.ndarray) -> None:
@@ -168,40 +214,23 @@ def _check_landed(storage: LocalStorage, batch: Batch, record_chunks: list[str],
         stored = len(reader.offsets(chunk)) - 1
         if stored != count:
             raise IntegrityError(f"chunk {chunk} holds {stored} records, {count} were written to it")
-    for position, (chunk, row) in enumerate(zip(record_chunks, record_rows)):
-        if hashing.content_hash(reader.payload(chunk, int(row))) != batch.content_hashes[position]:
+    for position, (chunk, row) in enumerate(zip(record_chunks, record_rows.tolist())):
+        if hashing.content_hash(reader.payload(chunk, row)) != batch.content_hashes[position]:
             raise IntegrityError(f"record {batch.keys[position]!r} did not land intact in chunk {chunk} row {row}")
 
 
-def _delta(
-    config: StoreConfig,
-    number: int,
-    batch: Batch,
-    record_chunks: list[str],
-    record_rows: np.ndarray,
-    deleted: Removal,
-) -> pa.Table:
+def _delta(config: StoreConfig, number: int, change: Change, staged: Staged) -> pa.Table:
+    batch, deleted = change.batch, change.deleted
     columns = {
-        "key": list(batch.keys),
-        "key_hash": batch.key_hashes,
-        "content_hash": list(batch.content_hashes),
-        "split": list(batch.splits),
-        "chunk": record_chunks,
-        "row": record_rows,
+        "key": batch.keys + deleted.keys,
+        "key_hash": np.concatenate([batch.key_hashes, hashing.key_hashes(deleted.keys)]),
+        "content_hash": batch.content_hashes + deleted.content_hashes,
+        "split": batch.splits + deleted.splits,
+        "chunk": staged.record_chunks + [""] * len(deleted),
+        "row": np.concatenate([staged.record_rows, np.zeros(len(deleted), dtype=np.uint32)]),
     }
-    added = manifest.make_delta(config.key_type, number, columns)
-    if not len(deleted):
-        return added
-    removed_columns = {
-        "key": deleted.keys,
-        "key_hash": hashing.key_hashes(deleted.keys),
-        "content_hash": deleted.content_hashes,
-        "split": deleted.splits,
-        "chunk": [""] * len(deleted),
-        "row": np.zeros(len(deleted), dtype=np.uint32),
-    }
-    removed = manifest.make_delta(config.key_type, number, removed_columns, deleted=[True] * len(deleted))
-    return pa.concat_tables([removed, added])
+    changes = [_CHANGE_NAMES[int(kind)] for kind in change.kinds.tolist()] + ["deleted"] * len(deleted)
+    return manifest.make_delta(config.key_type, number, columns, changes)
 
 
 def _version_chunks(
