@@ -34,6 +34,13 @@ from typing import Any
 
 import litdata
 import numpy as np
+from litdata.streaming.downloader import (
+    _OBSTORE_CLIENT_OPTIONS,
+    S3Downloader,
+    _cached_obstore_store,
+    _obstore_credential_provider,
+    register_downloader,
+)
 from litdata.streaming.serializers import _SERIALIZERS
 from litdata.streaming.writer import BinaryWriter
 from litdata.types import _MediaRef
@@ -148,6 +155,22 @@ def item_offsets(chunk: bytes | memoryview | np.ndarray, name: str) -> np.ndarra
     return offsets
 
 
+def header_size(head: bytes, name: str) -> int:
+    """The byte length of a chunk's header, given at least its first 4 bytes."""
+    if len(head) < 4:
+        raise IntegrityError(f"chunk {name} is {len(head)} bytes long, too short for a header")
+    return 4 * (int(np.frombuffer(head, _U32, count=1)[0]) + 2)
+
+
+def header_offsets(head: bytes, name: str) -> np.ndarray:
+    """The item offsets of a remote chunk from its header bytes alone (size unknown)."""
+    num_items = int(np.frombuffer(head, _U32, count=1)[0])
+    offsets = np.frombuffer(head, _U32, count=num_items + 1, offset=4).astype(np.int64)
+    if offsets[0] != 4 * (num_items + 2) or np.any(np.diff(offsets) < 4):
+        raise IntegrityError(f"chunk {name} has a damaged header")
+    return offsets
+
+
 def item_payload(chunk: bytes | memoryview, offsets: np.ndarray, row: int) -> memoryview:
     """The payload of item ``row``: the bytes after its 4-byte leaf size."""
     start, end = int(offsets[row]), int(offsets[row + 1])
@@ -185,3 +208,35 @@ def decode_media(data_format: str, data: bytes) -> Any:
 
 def file_size(path: str) -> int:
     return os.path.getsize(path)
+
+
+class _PlainHttpS3Downloader(S3Downloader):
+    """litdata's S3 downloader, except that its obstore client may use plain http.
+
+    litdata builds its obstore client with fixed client options, which override
+    obstore's ``AWS_ALLOW_HTTP`` setting, so it refuses ``http://`` endpoints such as a
+    local MinIO or moto server. Against an ``https://`` endpoint this class behaves
+    exactly like litdata's.
+    """
+
+    def _get_store(self, bucket: str) -> Any:
+        from obstore.store import S3Store
+
+        def build() -> Any:
+            meta = self._client.client.meta
+            config: dict[str, Any] = {"endpoint": meta.endpoint_url, "virtual_hosted_style_request": False}
+            if meta.region_name:
+                config["region"] = meta.region_name
+            return S3Store(
+                bucket,
+                config=config,  # type: ignore[arg-type]
+                credential_provider=_obstore_credential_provider(self._client),
+                client_options={**_OBSTORE_CLIENT_OPTIONS, "allow_http": True},
+            )
+
+        return _cached_obstore_store(self, build)
+
+
+def allow_plain_http_s3() -> None:
+    """Let litdata in this process download chunks from ``s3://`` over a plain-http endpoint."""
+    register_downloader("s3://", _PlainHttpS3Downloader, overwrite=True)

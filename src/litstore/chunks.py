@@ -1,7 +1,8 @@
-"""Reading records' bytes out of chunk files, memory-mapped and cached.
+"""Reading records' bytes out of chunk files, memory-mapped or by ranged reads, cached.
 
-A :class:`ChunkCache` keeps the most recently used chunks open (their memory maps
-and parsed item offsets), so repeated lookups into the same chunk cost a slice.
+A :class:`ChunkCache` keeps the most recently used chunks open: a local chunk is
+memory-mapped, so a lookup costs a slice; of a remote chunk only the item offsets
+are kept, and each lookup reads just the bytes of its item (one ranged GET).
 Chunks are immutable once committed, so a cached chunk never goes stale.
 """
 
@@ -13,14 +14,18 @@ from collections import OrderedDict
 import numpy as np
 
 from litstore import _litdata
-from litstore.storage import LocalStorage
+from litstore.errors import IntegrityError
+from litstore.storage import Storage
+
+# The first ranged read of a remote chunk: enough for the header of ~16,000 items.
+_HEADER_GUESS = 64 * 1024
 
 
 class _OpenChunk:
     __slots__ = ("data", "offsets")
 
-    def __init__(self, data: mmap.mmap | bytes, offsets: np.ndarray) -> None:
-        self.data = data
+    def __init__(self, data: mmap.mmap | bytes | None, offsets: np.ndarray) -> None:
+        self.data = data  # None for a remote chunk: items are read by range
         self.offsets = offsets
 
 
@@ -30,7 +35,7 @@ class ChunkCache:
     Not thread-safe; each thread or process should use its own cache.
     """
 
-    def __init__(self, storage: LocalStorage, capacity: int = 256) -> None:
+    def __init__(self, storage: Storage, capacity: int = 256) -> None:
         self._storage = storage
         self._capacity = capacity
         self._open: OrderedDict[str, _OpenChunk] = OrderedDict()
@@ -48,16 +53,31 @@ class ChunkCache:
 
     def _load(self, name: str) -> _OpenChunk:
         path = self._storage.local_path(name)
+        if path is None:
+            return _OpenChunk(None, self._remote_offsets(name))
         with open(path, "rb") as handle:
             data: mmap.mmap | bytes = (
                 mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) if _litdata.file_size(path) else b""
             )
         return _OpenChunk(data, _litdata.item_offsets(data, name))
 
+    def _remote_offsets(self, name: str) -> np.ndarray:
+        head = self._storage.read_range(name, 0, _HEADER_GUESS)
+        header_size = _litdata.header_size(head, name)
+        if header_size > len(head):
+            head += self._storage.read_range(name, len(head), header_size)
+        return _litdata.header_offsets(head, name)
+
     def payload(self, name: str, row: int) -> memoryview:
         """The stored bytes (canonical encoding) of item ``row`` of chunk ``name``."""
         chunk = self._chunk(name)
-        return _litdata.item_payload(chunk.data, chunk.offsets, row)
+        if chunk.data is not None:
+            return _litdata.item_payload(chunk.data, chunk.offsets, row)
+        start, end = int(chunk.offsets[row]), int(chunk.offsets[row + 1])
+        item = self._storage.read_range(name, start, end)
+        if len(item) != end - start:
+            raise IntegrityError(f"chunk {name} is shorter than its header says")
+        return memoryview(item)[4:]
 
     def offsets(self, name: str) -> np.ndarray:
         return self._chunk(name).offsets

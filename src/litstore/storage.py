@@ -1,12 +1,15 @@
-"""Where a store's files live: the one module that does file I/O on a store root.
+"""Where a store's files live: the :class:`Storage` contract and the local file system.
 
-Paths are ``/``-separated and relative to the store root. Every OS error is
-translated here into :class:`~litstore.errors.StorageError`.
+Paths are ``/``-separated and relative to the store root. Each backend translates
+its own errors into :class:`~litstore.errors.StorageError`. Backends:
+:class:`LocalStorage` (here) and :class:`~litstore.s3.S3Storage`; :func:`open_storage`
+picks one from the root.
 
-Concurrency: :meth:`LocalStorage.put_if_absent` is atomic (a hard link, which fails
-if the target exists), so of two writers creating the same commit record exactly
-one succeeds. Every other write goes to a temporary name first and is renamed into
-place, so a reader never sees a half-written file.
+Concurrency: ``put_if_absent`` is atomic on every backend (locally a hard link, which
+fails if the target exists; on S3 a conditional PUT), so of two writers creating the
+same commit record exactly one succeeds. Every other write replaces a whole file
+atomically (locally: written under a temporary name, then renamed), so a reader
+never sees a half-written file.
 """
 
 from __future__ import annotations
@@ -14,13 +17,52 @@ from __future__ import annotations
 import os
 import shutil
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any, Protocol
 
 from litstore.errors import StorageError
 
 
+class Storage(Protocol):
+    """What litstore needs from the place a store lives."""
+
+    is_local: bool
+
+    @property
+    def url(self) -> str: ...
+    def local_path(self, path: str) -> str | None: ...
+    def exists(self, path: str) -> bool: ...
+    def read(self, path: str) -> bytes: ...
+    def read_range(self, path: str, start: int, end: int) -> bytes: ...
+    def size(self, path: str) -> int: ...
+    def write(self, path: str, data: bytes) -> None: ...
+    def put_if_absent(self, path: str, data: bytes) -> bool: ...
+    def list(self, prefix: str) -> list[str]: ...
+    def walk(self, prefix: str) -> list[tuple[str, int, float]]: ...
+    def delete(self, path: str) -> None: ...
+    def delete_tree(self, path: str) -> None: ...
+    def staging(self, path: str) -> Any: ...
+
+
+def open_storage(root: str | os.PathLike[str], storage_options: dict[str, Any] | None = None) -> Storage:
+    """The storage backend for ``root``: ``s3://bucket/prefix`` or a local directory."""
+    if isinstance(root, str) and root.startswith("s3://"):
+        from litstore.s3 import S3Storage
+
+        return S3Storage(root, storage_options)
+    if isinstance(root, str) and "://" in root and not root.startswith("file://"):
+        raise ValueError(f"unsupported store location {root!r}: use a local path or s3://bucket/prefix")
+    if storage_options:
+        raise ValueError("storage_options apply to s3:// stores only")
+    return LocalStorage(str(root).removeprefix("file://"))
+
+
 class LocalStorage:
     """A store root on the local file system."""
+
+    is_local = True
 
     def __init__(self, root: str | os.PathLike[str]) -> None:
         self.root = Path(root).absolute()
@@ -35,6 +77,33 @@ class LocalStorage:
     def local_path(self, path: str) -> str:
         """The file system path of ``path``."""
         return str(self.root / path)
+
+    def read_range(self, path: str, start: int, end: int) -> bytes:
+        """Bytes ``[start, end)`` of ``path`` (fewer if the file is shorter)."""
+        try:
+            with open(self.root / path, "rb") as handle:
+                handle.seek(start)
+                return handle.read(max(end - start, 0))
+        except OSError as exc:
+            raise StorageError(f"cannot read {path!r} in {self.root}: {exc}") from exc
+
+    def walk(self, prefix: str) -> list[tuple[str, int, float]]:
+        """Every file under ``prefix``: (path relative to the root, size, modified time)."""
+        found = []
+        for directory, _, files in os.walk(self.root / prefix):
+            for name in files:
+                full = Path(directory) / name
+                try:
+                    status = full.stat()
+                except FileNotFoundError:
+                    continue
+                found.append((full.relative_to(self.root).as_posix(), status.st_size, status.st_mtime))
+        return found
+
+    @contextmanager
+    def staging(self, path: str) -> Iterator[str]:
+        """The directory to write ``path``'s files into (locally: ``path`` itself)."""
+        yield self.make_directory(path)
 
     def exists(self, path: str) -> bool:
         return (self.root / path).exists()

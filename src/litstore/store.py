@@ -45,7 +45,8 @@ from litstore.errors import (
 from litstore.keyindex import KeyIndex
 from litstore.models import HashSplit, Operation, SchemaRef, SplitRule, StoreConfig, Tag, Version, check_tag_name
 from litstore.records import prepare
-from litstore.storage import LocalStorage
+from litstore.s3 import S3Storage
+from litstore.storage import Storage, open_storage
 from litstore.streaming import VersionDataset
 from litstore.changes import Change, plan_append, plan_delete, plan_upsert
 from litstore.diff import Diff
@@ -71,7 +72,7 @@ class Snapshot:
 
     def __init__(
         self,
-        storage: LocalStorage,
+        storage: Storage,
         config: StoreConfig,
         version: Version,
         model: type[pydantic.BaseModel] | None = None,
@@ -257,8 +258,14 @@ class Snapshot:
         chunks = [chunk for name, listed in sorted(self.chunks().items()) if split in (None, name) for chunk in listed]
         if not chunks:
             raise LitstoreError(f"version {self._version.number} has no records in {split or 'any split'}")
-        view = streaming.local_view(
-            self._storage.url, self._version.number, self._version.fingerprint, split, chunks, self._config.chunk_bytes
+        view = streaming.view(
+            self._storage.url,
+            self._storage.is_local,
+            self._version.number,
+            self._version.transaction or "initial",
+            split,
+            chunks,
+            self._config.chunk_bytes,
         )
         identity = {
             "root": self._storage.url,
@@ -266,7 +273,18 @@ class Snapshot:
             "split": split,
             "fingerprint": self._version.fingerprint,
         }
-        return VersionDataset(view, identity, **kwargs)
+        if self._storage.is_local:
+            return VersionDataset(str(view), identity, **kwargs)
+        assert isinstance(self._storage, S3Storage)
+        kwargs.setdefault("cache_dir", str(view / "cache"))
+        kwargs.setdefault("storage_options", self._storage.storage_options)
+        return VersionDataset(
+            self._storage.url,
+            identity,
+            plain_http=self._storage.uses_plain_http,
+            index_path=str(view / "index.json"),
+            **kwargs,
+        )
 
     @property
     def lookup_index_bytes(self) -> int:
@@ -385,11 +403,13 @@ class Store(Snapshot):
         schema: type[pydantic.BaseModel] | None = None,
         chunk_bytes: int = 64 * 1024 * 1024,
         checkpoint_interval: int = 64,
+        storage_options: dict[str, Any] | None = None,
     ) -> Store:
         """Create an empty store (version 0) at ``root``.
 
         Args:
-            root: a local directory (created if needed; must not hold a store).
+            root: a local directory (created if needed) or ``s3://bucket/prefix``; it
+                must not hold a store yet.
             key: the record field that holds each record's key.
             splits: ``HashSplit(train=0.9, val=0.1)`` to split by key hash, a field
                 name (or ``FieldSplit``) to take the split from each record, or ``None``
@@ -398,6 +418,8 @@ class Store(Snapshot):
             schema: a pydantic model every record is validated against.
             chunk_bytes: target size of a chunk file.
             checkpoint_interval: write a full manifest every this many versions.
+            storage_options: for ``s3://`` roots, keyword arguments of boto3's S3
+                client (``endpoint_url``, credentials, ...), also used for streaming.
 
         Raises:
             StoreExistsError: ``root`` already holds a store.
@@ -421,7 +443,7 @@ class Store(Snapshot):
             checkpoint_interval=checkpoint_interval,
             created_at=datetime.now(timezone.utc),
         )
-        storage = LocalStorage(root)
+        storage = open_storage(root, storage_options)
         if storage.exists(layout.CONFIG) or layout.version_numbers(storage.list(layout.VERSIONS)):
             raise StoreExistsError(f"{storage.url} already holds a store; open it with litstore.open()")
         if not storage.put_if_absent(layout.CONFIG, config.model_dump_json(indent=1).encode()):
@@ -431,17 +453,24 @@ class Store(Snapshot):
         return cls(storage, config, version, schema)
 
     @classmethod
-    def open(cls, root: str | os.PathLike[str], *, schema: type[pydantic.BaseModel] | None = None) -> Store:
-        """Open the store at ``root`` at its latest version.
+    def open(
+        cls,
+        root: str | os.PathLike[str],
+        *,
+        schema: type[pydantic.BaseModel] | None = None,
+        storage_options: dict[str, Any] | None = None,
+    ) -> Store:
+        """Open the store at ``root`` (a local directory or ``s3://bucket/prefix``) at its latest version.
 
         Args:
+            storage_options: for ``s3://`` roots, keyword arguments of boto3's S3 client.
             schema: the store's record model, if it declares one and the model cannot
                 be imported by name. Reads work without it; writes need it.
 
         Raises:
             StoreNotFoundError: there is no store at ``root``.
         """
-        storage = LocalStorage(root)
+        storage = open_storage(root, storage_options)
         if not storage.exists(layout.CONFIG):
             raise StoreNotFoundError(f"no litstore store at {storage.url} (no {layout.CONFIG})")
         config = StoreConfig.model_validate_json(storage.read(layout.CONFIG))
@@ -645,9 +674,14 @@ class Store(Snapshot):
         self._chunks = chunks
 
 
-def open(root: str | os.PathLike[str], *, schema: type[pydantic.BaseModel] | None = None) -> Store:  # noqa: A001
+def open(  # noqa: A001
+    root: str | os.PathLike[str],
+    *,
+    schema: type[pydantic.BaseModel] | None = None,
+    storage_options: dict[str, Any] | None = None,
+) -> Store:
     """Open the store at ``root`` at its latest version (see :meth:`Store.open`)."""
-    return Store.open(root, schema=schema)
+    return Store.open(root, schema=schema, storage_options=storage_options)
 
 
 def _initial_version(config: StoreConfig) -> Version:
@@ -661,15 +695,15 @@ def _initial_version(config: StoreConfig) -> Version:
     )
 
 
-def _read_version(storage: LocalStorage, number: int) -> Version:
+def _read_version(storage: Storage, number: int) -> Version:
     return Version.model_validate_json(storage.read(layout.version_record(number)))
 
 
-def _read_chunks(storage: LocalStorage, version: Version) -> dict[str, list[ChunkInfo]]:
+def _read_chunks(storage: Storage, version: Version) -> dict[str, list[ChunkInfo]]:
     return {split: _litdata.parse_index_document(storage.read(path)) for split, path in version.indexes.items()}
 
 
-def _compose(storage: LocalStorage, config: StoreConfig, number: int) -> pa.Table:
+def _compose(storage: Storage, config: StoreConfig, number: int) -> pa.Table:
     """The manifest of version ``number``: the newest checkpoint at or below it, then deltas."""
     pending: list[str] = []
     checkpoint = None

@@ -1,15 +1,18 @@
 """Streaming a pinned version into training through litdata's ``StreamingDataset``.
 
-litdata reads a dataset from a directory holding ``index.json``. A local store gives
-each (version, split) its own small *view* directory outside the store root::
+Each (version, split) gets its own small *view* directory outside the store root::
 
-    <views>/<store id>/<version>/<split>/index.json    that split's litdata index
-    <views>/<store id>/<version>/<split>/fragments  -> <root>/fragments   (symlink)
+    <views>/<store id>/<version>-<transaction>/<split>/index.json   the split's litdata index
+    <views>/.../<split>/fragments -> <root>/fragments               local stores: a symlink
+    <views>/.../<split>/cache/                                      s3 stores: litdata's chunk cache
 
-so litdata memory-maps the committed chunks in place (no copy of chunk data), the
-store root is never written by readers (a shared, read-only store streams fine), and
-two versions never share an ``index.json`` or a cache (litdata copies a custom
-``index_path`` into the input directory, so versions cannot share one).
+A local store streams with the view directory as litdata's input directory, so
+litdata memory-maps the committed chunks in place through the symlink (no copy of
+chunk data). An S3 store streams with the store URL as input directory, the view's
+index as ``index_path`` and the view's own ``cache/``. Either way the store root is
+never written by readers (a shared, read-only store streams fine), and two versions
+never share an ``index.json`` or a cache: litdata copies a custom ``index_path`` into
+its input or cache directory, so versions sharing one would read each other's.
 
 :class:`VersionDataset` decodes each item back into its record and records the
 version it streams in ``state_dict()``, so a loader state saved on one version
@@ -50,13 +53,23 @@ class VersionDataset(StreamingDataset):
     resume) and yields decoded records. Build it with ``store.dataset(...)``.
     """
 
-    def __init__(self, view_dir: str, identity: dict[str, Any], **kwargs: Any) -> None:
+    def __init__(self, input_dir: str, identity: dict[str, Any], plain_http: bool = False, **kwargs: Any) -> None:
+        self._plain_http = plain_http
+        if plain_http:
+            _litdata.allow_plain_http_s3()
         transform = kwargs.pop("transform", None)
         user_transforms: list[Callable[[Any], Any]] = (
             [] if transform is None else list(transform) if isinstance(transform, list) else [transform]
         )
-        super().__init__(view_dir, transform=[decode_item, *user_transforms], **kwargs)
+        super().__init__(input_dir, transform=[decode_item, *user_transforms], **kwargs)
         self.identity = dict(identity)
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        # A DataLoader worker started with "spawn" unpickles the dataset in a fresh
+        # interpreter: register the plain-http downloader there too.
+        self.__dict__.update(state)
+        if state.get("_plain_http"):
+            _litdata.allow_plain_http_s3()
 
     def state_dict(self, num_samples_yielded: int, num_workers: int, batch_size: int) -> dict[str, Any]:
         state = super().state_dict(num_samples_yielded, num_workers, batch_size)
@@ -85,16 +98,21 @@ def views_root() -> Path:
     return Path(os.environ.get("LITSTORE_VIEWS") or Path(tempfile.gettempdir()) / "litstore-views")
 
 
-def local_view(
-    root: str, version: int, fingerprint: str, split: str | None, chunks: list[ChunkInfo], chunk_bytes: int
-) -> str:
-    """Make (or reuse) the view directory of one version and split of a local store."""
+def view(
+    root: str, local: bool, version: int, transaction: str, split: str | None, chunks: list[ChunkInfo], chunk_bytes: int
+) -> Path:
+    """Make (or reuse) the view directory of one version and split of a store.
+
+    The directory is named by the commit's transaction id, unique to that commit, so
+    a view (and litdata's cache in it) can never be mistaken for another store's or
+    another commit's, even of a store recreated at the same location.
+    """
     store_id = hashlib.sha256(root.encode()).hexdigest()[:16]
-    directory = views_root() / store_id / f"{version:08d}-{fingerprint[:12]}" / (split or "_all")
+    directory = views_root() / store_id / f"{version:08d}-{transaction}" / (split or "_all")
     directory.mkdir(parents=True, exist_ok=True)
     link = directory / "fragments"
     target = Path(root) / "fragments"
-    if not link.is_symlink():
+    if local and not link.is_symlink():
         temporary = directory / f".fragments-{os.getpid()}"
         temporary.unlink(missing_ok=True)
         temporary.symlink_to(target, target_is_directory=True)
@@ -105,4 +123,4 @@ def local_view(
         temporary = directory / f".index-{os.getpid()}.json"
         temporary.write_bytes(document)
         os.replace(temporary, index)
-    return str(directory)
+    return directory

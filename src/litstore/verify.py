@@ -27,7 +27,7 @@ from litstore import _litdata, codec, hashing, manifest
 from litstore._litdata import ChunkInfo
 from litstore.errors import IntegrityError, VerificationError, describe
 from litstore.models import StoreConfig, Version
-from litstore.storage import LocalStorage
+from litstore.storage import Storage
 
 
 @dataclass(frozen=True)
@@ -114,7 +114,7 @@ class VerifyReport:
 
 
 def _stored_rows(
-    storage: LocalStorage,
+    storage: Storage,
     key_field: str,
     chunks: dict[str, list[ChunkInfo]],
     progress: bool,
@@ -161,7 +161,7 @@ def _fingerprint(keys: list[Any], contents: list[bytes]) -> str:
 
 
 def verify(
-    storage: LocalStorage,
+    storage: Storage,
     config: StoreConfig,
     version: Version,
     listed: pa.Table,

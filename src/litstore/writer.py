@@ -28,7 +28,7 @@ from litstore.chunks import ChunkCache
 from litstore.errors import ConflictError, IntegrityError
 from litstore.models import Operation, StoreConfig, Version
 from litstore.records import Batch
-from litstore.storage import LocalStorage
+from litstore.storage import LocalStorage, Storage
 
 _CHANGE_NAMES = {NEW: "added", REPLACED: "replaced", MOVED: "moved"}
 
@@ -47,7 +47,7 @@ def new_transaction_id() -> str:
     return uuid.uuid4().hex[:20]
 
 
-def stage(storage: LocalStorage, config: StoreConfig, change: Change) -> Staged:
+def stage(storage: Storage, config: StoreConfig, change: Change) -> Staged:
     """Write the change's records into a new fragment, in key-hash order per split.
 
     Key-hash order makes the chunks depend on the set of records, not on the order
@@ -64,33 +64,34 @@ def stage(storage: LocalStorage, config: StoreConfig, change: Change) -> Staged:
     new_chunks: dict[str, list[ChunkInfo]] = {}
     split_names = np.array(batch.splits, dtype=object)
     next_chunk = 0
-    for split in sorted(set(batch.splits)):
-        members = np.flatnonzero(split_names == split)
-        order = _break_hash_ties(members[np.argsort(batch.key_hashes[members], kind="stable")], batch)
-        written = _litdata.write_chunks(
-            storage.make_directory(fragment_dir),
-            transaction,
-            fragment_dir,
-            [batch.payloads[i] for i in order],
-            first_chunk=next_chunk,
-            chunk_bytes=config.chunk_bytes,
-        )
-        next_chunk += len(written)
-        new_chunks[split] = written
-        start = 0
-        for chunk in written:
-            for row, position in enumerate(order[start : start + chunk.num_items].tolist()):
-                record_chunks[position] = chunk.filename
-                record_rows[position] = row
-            start += chunk.num_items
-        if start != len(order):
-            raise IntegrityError(f"litdata wrote {start} of {len(order)} records of split {split!r}")
-    _check_landed(storage, batch, record_chunks, record_rows)
+    with storage.staging(fragment_dir) as directory:
+        for split in sorted(set(batch.splits)):
+            members = np.flatnonzero(split_names == split)
+            order = _break_hash_ties(members[np.argsort(batch.key_hashes[members], kind="stable")], batch)
+            written = _litdata.write_chunks(
+                directory,
+                transaction,
+                fragment_dir,
+                [batch.payloads[i] for i in order],
+                first_chunk=next_chunk,
+                chunk_bytes=config.chunk_bytes,
+            )
+            next_chunk += len(written)
+            new_chunks[split] = written
+            start = 0
+            for chunk in written:
+                for row, position in enumerate(order[start : start + chunk.num_items].tolist()):
+                    record_chunks[position] = chunk.filename
+                    record_rows[position] = row
+                start += chunk.num_items
+            if start != len(order):
+                raise IntegrityError(f"litdata wrote {start} of {len(order)} records of split {split!r}")
+        _check_landed(LocalStorage(directory), fragment_dir, batch, record_chunks, record_rows)
     return Staged(transaction, new_chunks, record_chunks, record_rows)
 
 
 def publish(
-    storage: LocalStorage,
+    storage: Storage,
     config: StoreConfig,
     parent: Version,
     parent_chunks: dict[str, list[ChunkInfo]],
@@ -160,12 +161,12 @@ def publish(
     return version, chunks
 
 
-def discard(storage: LocalStorage, staged: Staged) -> None:
+def discard(storage: Storage, staged: Staged) -> None:
     """Remove a staged fragment that will never be committed."""
     storage.delete_tree(layout.fragment(staged.transaction))
 
 
-def commit(storage: LocalStorage, version: Version) -> None:
+def commit(storage: Storage, version: Version) -> None:
     """Publish ``version`` by creating its commit record, if no one else has.
 
     Raises:
@@ -204,9 +205,16 @@ def _break_hash_ties(order: np.ndarray, batch: Batch) -> np.ndarray:
     return np.array(sorted(order.tolist(), key=lambda i: (int(batch.key_hashes[i]), batch.content_hashes[i])))
 
 
-def _check_landed(storage: LocalStorage, batch: Batch, record_chunks: list[str], record_rows: np.ndarray) -> None:
-    """Read the new chunks back: each record must sit, intact, exactly where it is said to be."""
-    reader = ChunkCache(storage)
+def _check_landed(
+    directory: Storage, fragment_dir: str, batch: Batch, record_chunks: list[str], record_rows: np.ndarray
+) -> None:
+    """Read the new chunks back from ``directory`` (the fragment's files, before any upload).
+
+    Each record must sit, intact, exactly where it is said to be, and each chunk must
+    hold exactly the records said to be in it.
+    """
+    reader = ChunkCache(directory)
+    record_chunks = [chunk.removeprefix(fragment_dir + "/") for chunk in record_chunks]
     expected_rows: dict[str, int] = {}
     for chunk in record_chunks:
         expected_rows[chunk] = expected_rows.get(chunk, 0) + 1

@@ -1,0 +1,182 @@
+"""A store root on S3 or an S3-compatible service: the one module that talks to object storage.
+
+``storage_options`` are keyword arguments for ``boto3``'s S3 client (``endpoint_url``,
+``aws_access_key_id``, ``region_name``, ...), the same dictionary litdata takes, so
+one set of options serves the store and its streaming.
+
+Why boto3 and not obstore for the store's own I/O: obstore's runtime is not
+fork-safe, and a process that used it before a ``DataLoader`` forks its workers makes
+litdata's obstore chunk downloads in those workers hang. boto3 clients are rebuilt
+per process here, so forking is safe.
+
+Concurrency: :meth:`S3Storage.put_if_absent` is a conditional PUT
+(``If-None-Match: *``), atomic on S3 and on moto. Every other write is a plain PUT,
+atomic per object.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import boto3
+from botocore.exceptions import BotoCoreError, ClientError
+
+from litstore.errors import StorageError
+
+_NOT_FOUND = {"404", "NoSuchKey", "NotFound"}
+_ALREADY_EXISTS = {"PreconditionFailed", "412", "ConditionalRequestConflict", "409"}
+
+
+class S3Storage:
+    """A store root at ``s3://bucket/prefix``."""
+
+    is_local = False
+
+    def __init__(self, url: str, storage_options: dict[str, Any] | None = None) -> None:
+        if not url.startswith("s3://"):
+            raise ValueError(f"not an s3:// URL: {url!r}")
+        bucket, _, prefix = url.removeprefix("s3://").partition("/")
+        if not bucket:
+            raise ValueError(f"no bucket in {url!r}")
+        self.bucket = bucket
+        self.prefix = prefix.strip("/")
+        self.storage_options: dict[str, Any] = dict(storage_options or {})
+        self.bytes_read = 0
+        self._client: Any = None
+        self._client_pid = -1
+
+    def __repr__(self) -> str:
+        return f"S3Storage({self.url!r})"
+
+    @property
+    def url(self) -> str:
+        return f"s3://{self.bucket}/{self.prefix}" if self.prefix else f"s3://{self.bucket}"
+
+    @property
+    def uses_plain_http(self) -> bool:
+        return str(self.storage_options.get("endpoint_url", "")).startswith("http://")
+
+    def _key(self, path: str) -> str:
+        return f"{self.prefix}/{path}" if self.prefix else path
+
+    @property
+    def client(self) -> Any:
+        if self._client is None or self._client_pid != os.getpid():
+            self._client = boto3.session.Session().client("s3", **self.storage_options)
+            self._client_pid = os.getpid()
+        return self._client
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_client"] = None
+        return state
+
+    @contextmanager
+    def _translated(self, action: str, path: str) -> Iterator[None]:
+        try:
+            yield
+        except (ClientError, BotoCoreError) as exc:
+            raise StorageError(f"cannot {action} {path!r} in {self.url}: {exc}") from exc
+
+    def local_path(self, path: str) -> str | None:
+        return None
+
+    def exists(self, path: str) -> bool:
+        try:
+            self.client.head_object(Bucket=self.bucket, Key=self._key(path))
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") in _NOT_FOUND:
+                return False
+            raise StorageError(f"cannot look up {path!r} in {self.url}: {exc}") from exc
+        except BotoCoreError as exc:
+            raise StorageError(f"cannot look up {path!r} in {self.url}: {exc}") from exc
+        return True
+
+    def read(self, path: str) -> bytes:
+        with self._translated("read", path):
+            data: bytes = self.client.get_object(Bucket=self.bucket, Key=self._key(path))["Body"].read()
+        self.bytes_read += len(data)
+        return data
+
+    def read_range(self, path: str, start: int, end: int) -> bytes:
+        """Bytes ``[start, end)`` of ``path`` (fewer if the object is shorter)."""
+        if end <= start:
+            return b""
+        with self._translated("read", path):
+            response = self.client.get_object(Bucket=self.bucket, Key=self._key(path), Range=f"bytes={start}-{end - 1}")
+            data: bytes = response["Body"].read()
+        self.bytes_read += len(data)
+        return data
+
+    def size(self, path: str) -> int:
+        with self._translated("stat", path):
+            return int(self.client.head_object(Bucket=self.bucket, Key=self._key(path))["ContentLength"])
+
+    def write(self, path: str, data: bytes) -> None:
+        with self._translated("write", path):
+            self.client.put_object(Bucket=self.bucket, Key=self._key(path), Body=data)
+
+    def put_if_absent(self, path: str, data: bytes) -> bool:
+        try:
+            self.client.put_object(Bucket=self.bucket, Key=self._key(path), Body=data, IfNoneMatch="*")
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") in _ALREADY_EXISTS:
+                return False
+            raise StorageError(f"cannot create {path!r} in {self.url}: {exc}") from exc
+        except BotoCoreError as exc:
+            raise StorageError(f"cannot create {path!r} in {self.url}: {exc}") from exc
+        return True
+
+    def list(self, prefix: str) -> list[str]:
+        """Names of the entries directly under ``prefix`` (objects and sub-prefixes)."""
+        base = self._key(prefix).rstrip("/") + "/"
+        names: set[str] = set()
+        with self._translated("list", prefix):
+            for page in self.client.get_paginator("list_objects_v2").paginate(
+                Bucket=self.bucket, Prefix=base, Delimiter="/"
+            ):
+                names.update(entry["Key"][len(base) :] for entry in page.get("Contents", []))
+                names.update(entry["Prefix"][len(base) :].rstrip("/") for entry in page.get("CommonPrefixes", []))
+        return sorted(name for name in names if name)
+
+    def walk(self, prefix: str) -> list[tuple[str, int, float]]:
+        """Every object under ``prefix``: (path relative to the root, size, modified time)."""
+        base = self._key(prefix).rstrip("/") + "/"
+        strip = len(self.prefix) + 1 if self.prefix else 0
+        found: list[tuple[str, int, float]] = []
+        with self._translated("list", prefix):
+            for page in self.client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=base):
+                for entry in page.get("Contents", []):
+                    found.append((entry["Key"][strip:], int(entry["Size"]), entry["LastModified"].timestamp()))
+        return found
+
+    def delete(self, path: str) -> None:
+        with self._translated("delete", path):
+            self.client.delete_object(Bucket=self.bucket, Key=self._key(path))
+
+    def delete_tree(self, path: str) -> None:
+        keys = [self._key(relative) for relative, _, _ in self.walk(path)]
+        with self._translated("delete", path):
+            for start in range(0, len(keys), 1000):
+                objects = [{"Key": key} for key in keys[start : start + 1000]]
+                self.client.delete_objects(Bucket=self.bucket, Delete={"Objects": objects, "Quiet": True})
+
+    @contextmanager
+    def staging(self, path: str) -> Iterator[str]:
+        """A local directory to write ``path``'s files into; uploaded when the block ends."""
+        directory = tempfile.mkdtemp(prefix="litstore-stage-")
+        try:
+            yield directory
+            for file in sorted(Path(directory).rglob("*")):
+                if file.is_file():
+                    relative = f"{path}/{file.relative_to(directory).as_posix()}"
+                    with self._translated("upload", relative):
+                        self.client.upload_file(str(file), self.bucket, self._key(relative))
+        finally:
+            shutil.rmtree(directory, ignore_errors=True)
