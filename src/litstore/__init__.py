@@ -26,6 +26,7 @@ from litstore.errors import (
     VersionNotFoundError,
 )
 from litstore.diff import Diff
+from litstore.gc import GCReport
 from litstore.models import FieldSplit, HashSplit, StoreConfig, Tag, Version
 from litstore.store import Snapshot, Store, open
 from litstore.verify import VerifyReport
@@ -37,6 +38,7 @@ __all__ = [
     "Diff",
     "DuplicateKeyError",
     "FieldSplit",
+    "GCReport",
     "HashSplit",
     "IntegrityError",
     "InvalidRecordError",

@@ -16,7 +16,7 @@ import os
 import random
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from importlib import import_module
 from typing import Any, TypeVar
 
@@ -50,6 +50,7 @@ from litstore.storage import Storage, open_storage
 from litstore.streaming import VersionDataset
 from litstore.changes import Change, plan_append, plan_delete, plan_upsert
 from litstore.diff import Diff
+from litstore.gc import DEFAULT_GRACE, GCReport, choose_kept, collect
 from litstore.writer import discard, publish, stage
 
 Record = dict[str, Any]
@@ -335,9 +336,10 @@ class Snapshot:
         if number != self._version.number and (
             number < 0 or not self._storage.exists(layout.version_record(number))
         ):
-            latest = layout.version_numbers(self._storage.list(layout.VERSIONS))
+            numbers = layout.version_numbers(self._storage.list(layout.VERSIONS))
             raise VersionNotFoundError(
-                f"version {version!r} does not exist; this store has versions 0 to {latest[-1] if latest else 0}"
+                f"version {version!r} does not exist; the oldest version kept is {numbers[0]} "
+                f"and the latest is {numbers[-1]}"
             )
         return number
 
@@ -586,6 +588,47 @@ class Store(Snapshot):
         self._read_tag(name)
         self._storage.delete(layout.tag(name))
 
+    def gc(
+        self,
+        keep_last: int | None = None,
+        older_than: timedelta | datetime | None = None,
+        *,
+        dry_run: bool = False,
+        grace: timedelta = DEFAULT_GRACE,
+        progress: bool = False,
+    ) -> GCReport:
+        """Expire old versions and delete the files no kept version references.
+
+        Kept: the latest version, every tagged version, the last ``keep_last``
+        versions and those created after ``older_than`` (a duration or a time). With
+        neither, every version is kept and only debris of writers that never
+        committed is removed. Files younger than ``grace`` are never removed unless an
+        expired version referenced them, so a live writer never loses its files.
+        Returns what was removed (or, with ``dry_run``, what would be).
+        """
+        self.refresh()
+        versions = self.versions()
+        kept = choose_kept(versions, self.tags().values(), keep_last, older_than)
+        manifest_names = set(self._storage.list(layout.MANIFESTS))
+
+        def write_checkpoint(version: Version) -> None:
+            assert version.transaction is not None
+            full = _compose(self._storage, self._config, version.number)
+            path = layout.manifest_checkpoint(version.number, version.transaction)
+            self._storage.write(path, manifest.to_parquet(full))
+            manifest_names.add(path.removeprefix(f"{layout.MANIFESTS}/"))
+
+        return collect(
+            self._storage,
+            versions,
+            kept,
+            lambda version: _checkpoint_of(version, manifest_names) is not None,
+            write_checkpoint,
+            dry_run,
+            grace,
+            progress,
+        )
+
     # -- internals -----------------------------------------------------------------
 
     def _commit(self, plan: Callable[[], Change], operation: Operation) -> Version:
@@ -705,18 +748,30 @@ def _read_chunks(storage: Storage, version: Version) -> dict[str, list[ChunkInfo
 
 def _compose(storage: Storage, config: StoreConfig, number: int) -> pa.Table:
     """The manifest of version ``number``: the newest checkpoint at or below it, then deltas."""
+    checkpoints = set(storage.list(layout.MANIFESTS))
     pending: list[str] = []
     checkpoint = None
     while number > 0:
         version = _read_version(storage, number)
-        if version.checkpoint is not None:
-            checkpoint = manifest.from_parquet(storage.read(version.checkpoint))
+        path = _checkpoint_of(version, checkpoints)
+        if path is not None:
+            checkpoint = manifest.from_parquet(storage.read(path))
             break
         if version.manifest is not None:
             pending.append(version.manifest)
         number -= 1
     deltas = [manifest.from_parquet(storage.read(path)) for path in reversed(pending)]
     return manifest.compose(config.key_type, checkpoint, deltas)
+
+
+def _checkpoint_of(version: Version, manifest_names: set[str]) -> str | None:
+    """The full-manifest checkpoint of ``version``: written with its commit or later by gc."""
+    if version.checkpoint is not None:
+        return version.checkpoint
+    if version.transaction is None:
+        return None
+    path = layout.manifest_checkpoint(version.number, version.transaction)
+    return path if path.removeprefix(f"{layout.MANIFESTS}/") in manifest_names else None
 
 
 def _resolve_key_type(key: str, key_type: type | None, schema: type[pydantic.BaseModel] | None) -> str:
