@@ -7,6 +7,7 @@
 0
 """
 
+from litstore.diff import Diff
 from litstore.errors import (
     ConflictError,
     DuplicateKeyError,
@@ -25,10 +26,9 @@ from litstore.errors import (
     VerificationError,
     VersionNotFoundError,
 )
-from litstore.diff import Diff
 from litstore.gc import GCReport
 from litstore.models import FieldSplit, HashSplit, StoreConfig, Tag, Version
-from litstore.store import Snapshot, Store, open
+from litstore.store import Snapshot, Store, open  # noqa: A004  (litstore.open is the API)
 from litstore.verify import VerifyReport
 
 __version__ = "0.1.0"
@@ -57,8 +57,8 @@ __all__ = [
     "Tag",
     "TagError",
     "VerificationError",
+    "VerifyReport",
     "Version",
     "VersionNotFoundError",
-    "VerifyReport",
     "open",
 ]

@@ -26,11 +26,12 @@ because litdata's remote downloader keys its cache by file name.
 from __future__ import annotations
 
 import json
+import mmap
 import os
 from collections.abc import Sequence
 from copy import copy
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import litdata
 import numpy as np
@@ -103,7 +104,9 @@ def write_chunks(
         writer.add_item(index, payload)
     writer.done()
     return [
-        ChunkInfo(filename=f"{prefix}/{entry['filename']}", num_items=entry["chunk_size"], num_bytes=entry["chunk_bytes"])
+        ChunkInfo(
+            filename=f"{prefix}/{entry['filename']}", num_items=entry["chunk_size"], num_bytes=entry["chunk_bytes"]
+        )
         for entry in writer.chunk_entries()
     ]
 
@@ -136,7 +139,7 @@ def parse_index_document(data: bytes) -> list[ChunkInfo]:
     return [ChunkInfo.from_index_entry(entry) for entry in json.loads(data)["chunks"]]
 
 
-def item_offsets(chunk: bytes | memoryview | np.ndarray, name: str) -> np.ndarray:
+def item_offsets(chunk: bytes | memoryview | mmap.mmap, name: str) -> np.ndarray:
     """The ``num_items + 1`` item offsets of a chunk, checked against its length.
 
     Raises:
@@ -171,14 +174,14 @@ def header_offsets(head: bytes, name: str) -> np.ndarray:
     return offsets
 
 
-def item_payload(chunk: bytes | memoryview, offsets: np.ndarray, row: int) -> memoryview:
+def item_payload(chunk: bytes | memoryview | mmap.mmap, offsets: np.ndarray, row: int) -> memoryview:
     """The payload of item ``row``: the bytes after its 4-byte leaf size."""
     start, end = int(offsets[row]), int(offsets[row + 1])
     view = memoryview(chunk)[start + 4 : end]
     return view
 
 
-def item_size_matches(chunk: bytes | memoryview, offsets: np.ndarray, row: int) -> bool:
+def item_size_matches(chunk: bytes | memoryview | mmap.mmap, offsets: np.ndarray, row: int) -> bool:
     """Whether item ``row``'s leaf size field agrees with its offsets."""
     start, end = int(offsets[row]), int(offsets[row + 1])
     declared = int(np.frombuffer(chunk, _U32, count=1, offset=start)[0])
@@ -231,7 +234,7 @@ class _PlainHttpS3Downloader(S3Downloader):
                 bucket,
                 config=config,  # type: ignore[arg-type]
                 credential_provider=_obstore_credential_provider(self._client),
-                client_options={**_OBSTORE_CLIENT_OPTIONS, "allow_http": True},
+                client_options=cast(Any, {**_OBSTORE_CLIENT_OPTIONS, "allow_http": True}),
             )
 
         return _cached_obstore_store(self, build)

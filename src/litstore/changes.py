@@ -122,7 +122,9 @@ def plan_delete(keys: Sequence[Any], parent: pa.Table, cache: ChunkCache, missin
     present = set(found.column("key").to_pylist())
     missing = [key for key in unique if key not in present or not _fits(key, key_type)]
     if missing and not missing_ok:
-        raise KeyNotFoundError(f"{len(missing)} of {len(unique)} keys to delete are not in the store: {describe(missing)}")
+        raise KeyNotFoundError(
+            f"{len(missing)} of {len(unique)} keys to delete are not in the store: {describe(missing)}"
+        )
     deleted = Removal(
         keys=found.column("key").to_pylist(),
         content_hashes=found.column("content_hash").to_pylist(),

@@ -104,7 +104,8 @@ def _builtin(value: Any) -> Any:
 
 
 def _pack(value: Any) -> bytes:
-    return msgpack.packb(value, **_PACKER_OPTIONS)
+    packed: bytes = msgpack.packb(value, **_PACKER_OPTIONS)
+    return packed
 
 
 def encode(record: Any) -> bytes:

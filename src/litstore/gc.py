@@ -25,7 +25,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 from tqdm.auto import tqdm
 
@@ -71,7 +71,7 @@ def choose_kept(
             raise ValueError(f"keep_last must be at least 1, got {keep_last}")
         kept.update(numbers[-keep_last:])
     if older_than is not None:
-        cutoff = older_than if isinstance(older_than, datetime) else datetime.now(timezone.utc) - older_than
+        cutoff = older_than if isinstance(older_than, datetime) else datetime.now(UTC) - older_than
         kept.update(version.number for version in versions if version.created_at >= cutoff)
     return kept & set(numbers)
 

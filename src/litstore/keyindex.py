@@ -59,8 +59,10 @@ class KeyIndex:
         """For each hash, its first position and whether it is present at all."""
         positions = np.searchsorted(self.hashes, key_hashes, "left")
         clipped = np.minimum(positions, max(len(self.hashes) - 1, 0))
-        found = (positions < len(self.hashes)) & (self.hashes[clipped] == key_hashes) if len(self.hashes) else (
-            np.zeros(len(key_hashes), dtype=bool)
+        found = (
+            (positions < len(self.hashes)) & (self.hashes[clipped] == key_hashes)
+            if len(self.hashes)
+            else (np.zeros(len(key_hashes), dtype=bool))
         )
         return positions, found
 

@@ -120,13 +120,14 @@ QueryError = duckdb.Error
 
 def duplicate_keys(table: pa.Table) -> list[Any]:
     """Keys that appear in more than one row of ``table``."""
-    return query("SELECT key FROM t GROUP BY key HAVING count(*) > 1 ORDER BY key", {"t": table}).column(0).to_pylist()
+    result = query("SELECT key FROM t GROUP BY key HAVING count(*) > 1 ORDER BY key", {"t": table})
+    return list(result.column(0).to_pylist())
 
 
 def keys_not_in(left: pa.Table, right: pa.Table) -> list[Any]:
     """Distinct keys of ``left`` absent from ``right`` (both need a ``key`` column)."""
     sql = "SELECT DISTINCT key FROM l ANTI JOIN r USING (key) ORDER BY key"
-    return query(sql, {"l": left, "r": right}).column(0).to_pylist()
+    return list(query(sql, {"l": left, "r": right}).column(0).to_pylist())
 
 
 def reconcile(listed: pa.Table, stored: pa.Table) -> dict[str, pa.Table]:
@@ -160,14 +161,16 @@ def reconcile(listed: pa.Table, stored: pa.Table) -> dict[str, pa.Table]:
 def rows_for_keys(table: pa.Table, keys: pa.Array) -> pa.Table:
     """The rows of ``table`` whose key is in ``keys`` (with a ``position`` column into ``keys``)."""
     wanted = pa.table({"key": keys, "position": pa.array(range(len(keys)), pa.int64())})
-    sql = 'SELECT w.position, t.* FROM wanted w JOIN t USING (key) ORDER BY w.position'
+    sql = "SELECT w.position, t.* FROM wanted w JOIN t USING (key) ORDER BY w.position"
     return query(sql, {"wanted": wanted, "t": table})
 
 
 def rows_in_chunks(table: pa.Table, chunks: Sequence[str]) -> pa.Table:
     """The rows of ``table`` stored in any of ``chunks``."""
     wanted = pa.table({"chunk": pa.array(list(chunks), pa.string())})
-    return query('SELECT t.* FROM t SEMI JOIN wanted USING (chunk) ORDER BY chunk, "row"', {"wanted": wanted, "t": table})
+    return query(
+        'SELECT t.* FROM t SEMI JOIN wanted USING (chunk) ORDER BY chunk, "row"', {"wanted": wanted, "t": table}
+    )
 
 
 def diff(old: pa.Table, new: pa.Table) -> dict[str, pa.Table]:
@@ -197,4 +200,4 @@ def diff(old: pa.Table, new: pa.Table) -> dict[str, pa.Table]:
 
 def touched_keys(delta: pa.Table) -> list[Any]:
     """Keys a delta added, replaced or deleted (not those it only moved)."""
-    return query("SELECT DISTINCT key FROM d WHERE change <> 'moved'", {"d": delta}).column(0).to_pylist()
+    return list(query("SELECT DISTINCT key FROM d WHERE change <> 'moved'", {"d": delta}).column(0).to_pylist())

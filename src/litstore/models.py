@@ -47,7 +47,7 @@ class HashSplit(_Frozen):
         if fractions is None and isinstance(named.get("fractions"), dict):
             super().__init__(**named)  # validation of stored JSON: kind=..., fractions={...}
         else:
-            super().__init__(fractions=fractions if fractions is not None else named)
+            super().__init__(**{"fractions": fractions if fractions is not None else named})
 
     @field_validator("fractions")
     @classmethod

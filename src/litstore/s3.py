@@ -133,7 +133,7 @@ class S3Storage:
             raise StorageError(f"cannot create {path!r} in {self.url}: {exc}") from exc
         return True
 
-    def list(self, prefix: str) -> list[str]:
+    def names(self, prefix: str) -> list[str]:
         """Names of the entries directly under ``prefix`` (objects and sub-prefixes)."""
         base = self._key(prefix).rstrip("/") + "/"
         names: set[str] = set()

@@ -16,18 +16,21 @@ import os
 import random
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from importlib import import_module
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import numpy as np
 import pyarrow as pa
 import pydantic
 from pydantic.errors import PydanticUserError
 
-from litstore import _litdata, codec, hashing, layout, manifest, streaming, verify as verification
+from litstore import _litdata, codec, hashing, layout, manifest, streaming
+from litstore import verify as verification
 from litstore._litdata import ChunkInfo
+from litstore.changes import Change, plan_append, plan_delete, plan_upsert
 from litstore.chunks import ChunkCache
+from litstore.diff import Diff
 from litstore.errors import (
     ConflictError,
     DuplicateKeyError,
@@ -42,15 +45,13 @@ from litstore.errors import (
     VersionNotFoundError,
     describe,
 )
+from litstore.gc import DEFAULT_GRACE, GCReport, choose_kept, collect
 from litstore.keyindex import KeyIndex
 from litstore.models import HashSplit, Operation, SchemaRef, SplitRule, StoreConfig, Tag, Version, check_tag_name
 from litstore.records import prepare
 from litstore.s3 import S3Storage
 from litstore.storage import Storage, open_storage
 from litstore.streaming import VersionDataset
-from litstore.changes import Change, plan_append, plan_delete, plan_upsert
-from litstore.diff import Diff
-from litstore.gc import DEFAULT_GRACE, GCReport, choose_kept, collect
 from litstore.writer import discard, publish, stage
 
 Record = dict[str, Any]
@@ -171,7 +172,7 @@ class Snapshot:
 
     def keys(self) -> list[Key]:
         """Every key of this version, in manifest (key-hash) order."""
-        return self.manifest().column("key").to_pylist()
+        return list(self.manifest().column("key").to_pylist())
 
     def __iter__(self) -> Iterator[Key]:
         return iter(self.keys())
@@ -296,7 +297,7 @@ class Snapshot:
 
     def versions(self) -> list[Version]:
         """Every committed version, oldest first."""
-        numbers = layout.version_numbers(self._storage.list(layout.VERSIONS))
+        numbers = layout.version_numbers(self._storage.names(layout.VERSIONS))
         return [_read_version(self._storage, number) for number in numbers]
 
     def at(self, version: int | str | Version) -> Snapshot:
@@ -333,10 +334,8 @@ class Snapshot:
         if isinstance(version, str):
             return self._read_tag(version).version
         number = int(version)
-        if number != self._version.number and (
-            number < 0 or not self._storage.exists(layout.version_record(number))
-        ):
-            numbers = layout.version_numbers(self._storage.list(layout.VERSIONS))
+        if number != self._version.number and (number < 0 or not self._storage.exists(layout.version_record(number))):
+            numbers = layout.version_numbers(self._storage.names(layout.VERSIONS))
             raise VersionNotFoundError(
                 f"version {version!r} does not exist; the oldest version kept is {numbers[0]} "
                 f"and the latest is {numbers[-1]}"
@@ -353,7 +352,7 @@ class Snapshot:
         return Tag.model_validate_json(self._storage.read(layout.tag(name)))
 
     def _tag_names(self) -> list[str]:
-        return [name.removesuffix(".json") for name in self._storage.list(layout.TAGS) if name.endswith(".json")]
+        return [name.removesuffix(".json") for name in self._storage.names(layout.TAGS) if name.endswith(".json")]
 
     def _valid_key(self, key: object) -> bool:
         if self._config.key_type == "str":
@@ -443,10 +442,10 @@ class Store(Snapshot):
             record_schema=_schema_ref(schema) if schema is not None else None,
             chunk_bytes=chunk_bytes,
             checkpoint_interval=checkpoint_interval,
-            created_at=datetime.now(timezone.utc),
+            created_at=datetime.now(UTC),
         )
         storage = open_storage(root, storage_options)
-        if storage.exists(layout.CONFIG) or layout.version_numbers(storage.list(layout.VERSIONS)):
+        if storage.exists(layout.CONFIG) or layout.version_numbers(storage.names(layout.VERSIONS)):
             raise StoreExistsError(f"{storage.url} already holds a store; open it with litstore.open()")
         if not storage.put_if_absent(layout.CONFIG, config.model_dump_json(indent=1).encode()):
             raise StoreExistsError(f"{storage.url} already holds a store; open it with litstore.open()")
@@ -477,7 +476,7 @@ class Store(Snapshot):
             raise StoreNotFoundError(f"no litstore store at {storage.url} (no {layout.CONFIG})")
         config = StoreConfig.model_validate_json(storage.read(layout.CONFIG))
         model = _resolve_schema(config, schema)
-        numbers = layout.version_numbers(storage.list(layout.VERSIONS))
+        numbers = layout.version_numbers(storage.names(layout.VERSIONS))
         if not numbers:  # a creator died between writing the config and version 0
             storage.put_if_absent(layout.version_record(0), _initial_version(config).model_dump_json().encode())
             numbers = [0]
@@ -485,7 +484,7 @@ class Store(Snapshot):
 
     def refresh(self) -> Version:
         """Move to the latest committed version, including other writers' commits."""
-        numbers = layout.version_numbers(self._storage.list(layout.VERSIONS))
+        numbers = layout.version_numbers(self._storage.names(layout.VERSIONS))
         if numbers and numbers[-1] != self._version.number:
             self._move_to(_read_version(self._storage, numbers[-1]), None)
         return self._version
@@ -565,7 +564,7 @@ class Store(Snapshot):
         except ValueError as exc:
             raise TagError(str(exc)) from exc
         number = self._version.number if version is None else self._resolve(version)
-        tag = Tag(name=name, version=number, created_at=datetime.now(timezone.utc))
+        tag = Tag(name=name, version=number, created_at=datetime.now(UTC))
         data = tag.model_dump_json(indent=1).encode()
         if self._storage.put_if_absent(layout.tag(name), data):
             return tag
@@ -609,7 +608,7 @@ class Store(Snapshot):
         self.refresh()
         versions = self.versions()
         kept = choose_kept(versions, self.tags().values(), keep_last, older_than)
-        manifest_names = set(self._storage.list(layout.MANIFESTS))
+        manifest_names = set(self._storage.names(layout.MANIFESTS))
 
         def write_checkpoint(version: Version) -> None:
             assert version.transaction is not None
@@ -687,7 +686,7 @@ class Store(Snapshot):
         touched: set[Any] = set()
         dropped: set[str] = set()
         start = self._version.number
-        numbers = layout.version_numbers(self._storage.list(layout.VERSIONS))
+        numbers = layout.version_numbers(self._storage.names(layout.VERSIONS))
         for number in (n for n in numbers if n > start):
             version = _read_version(self._storage, number)
             if version.manifest is not None:
@@ -748,7 +747,7 @@ def _read_chunks(storage: Storage, version: Version) -> dict[str, list[ChunkInfo
 
 def _compose(storage: Storage, config: StoreConfig, number: int) -> pa.Table:
     """The manifest of version ``number``: the newest checkpoint at or below it, then deltas."""
-    checkpoints = set(storage.list(layout.MANIFESTS))
+    checkpoints = set(storage.names(layout.MANIFESTS))
     pending: list[str] = []
     checkpoint = None
     while number > 0:
@@ -774,7 +773,9 @@ def _checkpoint_of(version: Version, manifest_names: set[str]) -> str | None:
     return path if path.removeprefix(f"{layout.MANIFESTS}/") in manifest_names else None
 
 
-def _resolve_key_type(key: str, key_type: type | None, schema: type[pydantic.BaseModel] | None) -> str:
+def _resolve_key_type(
+    key: str, key_type: type | None, schema: type[pydantic.BaseModel] | None
+) -> Literal["str", "int"]:
     if key_type is None and schema is not None and key in schema.model_fields:
         key_type = int if schema.model_fields[key].annotation is int else str
     if key_type in (None, str, "str"):

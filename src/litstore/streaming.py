@@ -72,7 +72,7 @@ class VersionDataset(StreamingDataset):
             _litdata.allow_plain_http_s3()
 
     def state_dict(self, num_samples_yielded: int, num_workers: int, batch_size: int) -> dict[str, Any]:
-        state = super().state_dict(num_samples_yielded, num_workers, batch_size)
+        state: dict[str, Any] = super().state_dict(num_samples_yielded, num_workers, batch_size)
         state[_STATE_KEY] = self.identity
         return state
 

@@ -220,9 +220,7 @@ def verify(
         damaged_chunks=damaged_chunks,
         count_mismatches=count_mismatches,
         fingerprint=version.fingerprint,
-        manifest_fingerprint=_fingerprint(
-            listed.column("key").to_pylist(), listed.column("content_hash").to_pylist()
-        ),
+        manifest_fingerprint=_fingerprint(listed.column("key").to_pylist(), listed.column("content_hash").to_pylist()),
         data_fingerprint=_fingerprint(columns["key"], columns["content_hash"]),
     )
 

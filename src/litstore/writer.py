@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import numpy as np
 import pyarrow as pa
@@ -138,7 +138,7 @@ def publish(
         number=number,
         parent=parent.number,
         operation=operation,
-        created_at=datetime.now(timezone.utc),
+        created_at=datetime.now(UTC),
         counts=counts,
         fingerprint=hashing.fingerprint_hex(int(parent.fingerprint, 16) + _fingerprint_change(change)),
         added=change.count(NEW),
