@@ -134,9 +134,16 @@ def index_document(chunks: Sequence[ChunkInfo], chunk_bytes: int) -> bytes:
     return json.dumps(document, sort_keys=True).encode()
 
 
-def parse_index_document(data: bytes) -> list[ChunkInfo]:
-    """The chunks listed by a litdata ``index.json`` written by :func:`index_document`."""
-    return [ChunkInfo.from_index_entry(entry) for entry in json.loads(data)["chunks"]]
+def parse_index_document(data: bytes, path: str) -> list[ChunkInfo]:
+    """The chunks listed by a litdata ``index.json`` written by :func:`index_document`.
+
+    Raises:
+        IntegrityError: the file at ``path`` is not such an index.
+    """
+    try:
+        return [ChunkInfo.from_index_entry(entry) for entry in json.loads(data)["chunks"]]
+    except (ValueError, KeyError, TypeError) as exc:
+        raise IntegrityError(f"index {path} is damaged: {exc!r}") from exc
 
 
 def item_offsets(chunk: bytes | memoryview | mmap.mmap, name: str) -> np.ndarray:

@@ -86,7 +86,7 @@ def referenced_files(storage: Storage, version: Version) -> set[str]:
     if version.checkpoint:
         files.add(version.checkpoint)
     for path in version.indexes.values():
-        files.update(chunk.filename for chunk in _litdata.parse_index_document(storage.read(path)))
+        files.update(chunk.filename for chunk in _litdata.parse_index_document(storage.read(path), path))
     return files
 
 

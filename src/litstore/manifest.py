@@ -29,6 +29,8 @@ import pyarrow as pa
 import pyarrow.compute
 import pyarrow.parquet as pq
 
+from litstore.errors import IntegrityError
+
 MANIFEST_COLUMNS = ("key", "key_hash", "content_hash", "split", "chunk", "row")
 
 
@@ -72,8 +74,12 @@ def to_parquet(table: pa.Table) -> bytes:
     return sink.getvalue()
 
 
-def from_parquet(data: bytes) -> pa.Table:
-    return pq.read_table(io.BytesIO(data))
+def from_parquet(data: bytes, path: str) -> pa.Table:
+    """Read a manifest file; raises ``IntegrityError`` naming ``path`` if it is damaged."""
+    try:
+        return pq.read_table(io.BytesIO(data))
+    except (pa.ArrowException, OSError) as exc:
+        raise IntegrityError(f"manifest file {path} is damaged: {exc}") from exc
 
 
 def compose(key_type: str, checkpoint: pa.Table | None, deltas: Sequence[pa.Table]) -> pa.Table:

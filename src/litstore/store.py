@@ -690,7 +690,9 @@ class Store(Snapshot):
         for number in (n for n in numbers if n > start):
             version = _read_version(self._storage, number)
             if version.manifest is not None:
-                touched.update(manifest.touched_keys(manifest.from_parquet(self._storage.read(version.manifest))))
+                touched.update(
+                    manifest.touched_keys(manifest.from_parquet(self._storage.read(version.manifest), version.manifest))
+                )
             dropped.update(version.dropped_chunks)
             self._move_to(version, None)
         return touched, dropped
@@ -742,7 +744,7 @@ def _read_version(storage: Storage, number: int) -> Version:
 
 
 def _read_chunks(storage: Storage, version: Version) -> dict[str, list[ChunkInfo]]:
-    return {split: _litdata.parse_index_document(storage.read(path)) for split, path in version.indexes.items()}
+    return {split: _litdata.parse_index_document(storage.read(path), path) for split, path in version.indexes.items()}
 
 
 def _compose(storage: Storage, config: StoreConfig, number: int) -> pa.Table:
@@ -754,12 +756,12 @@ def _compose(storage: Storage, config: StoreConfig, number: int) -> pa.Table:
         version = _read_version(storage, number)
         path = _checkpoint_of(version, checkpoints)
         if path is not None:
-            checkpoint = manifest.from_parquet(storage.read(path))
+            checkpoint = manifest.from_parquet(storage.read(path), path)
             break
         if version.manifest is not None:
             pending.append(version.manifest)
         number -= 1
-    deltas = [manifest.from_parquet(storage.read(path)) for path in reversed(pending)]
+    deltas = [manifest.from_parquet(storage.read(path), path) for path in reversed(pending)]
     return manifest.compose(config.key_type, checkpoint, deltas)
 
 
