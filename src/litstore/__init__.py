@@ -28,7 +28,8 @@ from litstore.errors import (
 )
 from litstore.gc import GCReport
 from litstore.models import FieldSplit, HashSplit, StoreConfig, Tag, Version
-from litstore.store import Snapshot, Store, open  # noqa: A004  (litstore.open is the API)
+from litstore.snapshot import Snapshot
+from litstore.store import Store, open  # noqa: A004  (litstore.open is the API)
 from litstore.verify import VerifyReport
 
 __version__ = "0.1.0"
