@@ -4,7 +4,10 @@ What is kept: the latest version, every tagged version, and the versions the cal
 keeps (``keep_last``, ``older_than``); with neither, every version is kept and only
 debris goes. What goes:
 
-- the commit records of expired versions (they can no longer be opened), then
+- the commit records of expired versions are replaced by tombstones
+  (:class:`~litstore.models.ExpiredVersion`): the version can no longer be opened,
+  its number can never be committed again, and a writer that was behind learns
+  that history it has not seen was expired (it raises ``ConflictError``); then
 - every file under ``fragments/``, ``manifests/`` and ``versions/`` that no kept
   version references: chunks only expired versions listed, their index files and
   manifest deltas, and debris of writers that never committed.
@@ -30,7 +33,7 @@ from datetime import UTC, datetime, timedelta
 from tqdm.auto import tqdm
 
 from litstore import _litdata, layout
-from litstore.models import Version
+from litstore.models import ExpiredVersion, Version
 from litstore.storage import Storage
 
 DEFAULT_GRACE = timedelta(hours=1)
@@ -116,13 +119,17 @@ def collect(
     doomed: list[tuple[str, int]] = []
     for prefix in (layout.FRAGMENTS, layout.MANIFESTS, layout.VERSIONS):
         for path, size, modified in storage.walk(prefix):
-            if path in needed or path.startswith(f"{layout.VERSIONS}/.") or "/.tmp-" in path:
-                continue
+            if path in needed or _is_record(path) or path.startswith(f"{layout.VERSIONS}/.") or "/.tmp-" in path:
+                continue  # commit records are never deleted: expired ones become tombstones
             if path in expired_files or modified < cutoff:
                 doomed.append((path, size))
-    # Commit records first: once they are gone nobody can open an expired version.
-    doomed.sort(key=lambda entry: (not _is_record(entry[0]), entry[0]))
+    doomed.sort()
     if not dry_run:
+        # Tombstones first: once they are written nobody can open an expired version.
+        now = datetime.now(UTC)
+        for version in expired:
+            tombstone = ExpiredVersion(number=version.number, expired_at=now)
+            storage.write(layout.version_record(version.number), tombstone.model_dump_json().encode())
         for path, _ in tqdm(doomed, desc="gc", unit="file", disable=not progress):
             storage.delete(path)
     return GCReport(
@@ -136,6 +143,7 @@ def collect(
 
 
 def _is_record(path: str) -> bool:
+    """Whether ``path`` is a commit record (``versions/<v>.json``)."""
     return path.startswith(f"{layout.VERSIONS}/") and path.count("/") == 1
 
 

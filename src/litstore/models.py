@@ -181,6 +181,19 @@ class Version(_Frozen):
         return self.number
 
 
+class ExpiredVersion(_Frozen):
+    """What ``versions/<number>.json`` holds once gc expired that version: a tombstone.
+
+    Keeping a tombstone (not deleting the record) means the number can never be
+    committed again, and a writer that was behind sees that history was expired.
+    """
+
+    format_version: int = FORMAT_VERSION
+    number: int = Field(ge=0)
+    expired: Literal[True] = True
+    expired_at: datetime
+
+
 _TAG_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.@+-]{0,127}")
 
 

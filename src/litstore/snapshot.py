@@ -29,7 +29,7 @@ from litstore.errors import (
     describe,
 )
 from litstore.keyindex import KeyIndex
-from litstore.models import StoreConfig, Tag, Version, check_tag_name
+from litstore.models import ExpiredVersion, StoreConfig, Tag, Version, check_tag_name
 from litstore.s3 import S3Storage
 from litstore.storage import Storage
 from litstore.streaming import VersionDataset
@@ -272,8 +272,13 @@ class Snapshot:
 
     def versions(self) -> list[Version]:
         """Every committed version, oldest first."""
-        numbers = layout.version_numbers(self._storage.names(layout.VERSIONS))
-        return [read_version(self._storage, number) for number in numbers]
+        versions = []
+        for number in layout.version_numbers(self._storage.names(layout.VERSIONS)):
+            try:
+                versions.append(read_version(self._storage, number))
+            except VersionNotFoundError:
+                continue  # expired by gc
+        return versions
 
     def at(self, version: int | str | Version) -> Snapshot:
         """A read-only view of ``version``: a number, a tag name, or a ``Version``.
@@ -363,7 +368,25 @@ class Snapshot:
 
 
 def read_version(storage: Storage, number: int) -> Version:
-    return Version.model_validate_json(storage.read(layout.version_record(number)))
+    """The commit record of version ``number``.
+
+    Raises:
+        VersionNotFoundError: gc expired the version (its record is a tombstone).
+    """
+    data = storage.read(layout.version_record(number))
+    if b'"expired"' in data:
+        expired = ExpiredVersion.model_validate_json(data)
+        raise VersionNotFoundError(f"version {number} was expired by gc at {expired.expired_at:%Y-%m-%d %H:%M} UTC")
+    return Version.model_validate_json(data)
+
+
+def is_expired(storage: Storage, number: int) -> bool:
+    """Whether version ``number`` was expired by gc."""
+    try:
+        read_version(storage, number)
+    except VersionNotFoundError:
+        return True
+    return False
 
 
 def read_chunks(storage: Storage, version: Version) -> dict[str, list[ChunkInfo]]:

@@ -32,6 +32,7 @@ from litstore.errors import (
     StoreExistsError,
     StoreNotFoundError,
     TagError,
+    VersionNotFoundError,
     describe,
 )
 from litstore.gc import DEFAULT_GRACE, GCReport, choose_kept, collect
@@ -317,7 +318,11 @@ class Store(Snapshot):
                     self._manifest_if_checkpoint_due(),
                 )
             except ConflictError:
-                touched, dropped = self._catch_up()
+                try:
+                    touched, dropped = self._catch_up()
+                except ConflictError:
+                    discard(self._storage, staged)
+                    raise
                 clash = sorted(touched & change.touched_keys(), key=repr)
                 if clash:
                     discard(self._storage, staged)
@@ -349,7 +354,15 @@ class Store(Snapshot):
         start = self._version.number
         numbers = layout.version_numbers(self._storage.names(layout.VERSIONS))
         for number in (n for n in numbers if n > start):
-            version = read_version(self._storage, number)
+            try:
+                version = read_version(self._storage, number)
+            except VersionNotFoundError:
+                self.refresh()
+                raise ConflictError(
+                    f"version {number}, committed while this store was at version {start}, has since been expired "
+                    "by gc, so this write cannot be checked against it; nothing was committed. "
+                    f"The store is now at version {self._version.number}: retry the write."
+                ) from None
             if version.manifest is not None:
                 touched.update(
                     manifest.touched_keys(manifest.from_parquet(self._storage.read(version.manifest), version.manifest))
