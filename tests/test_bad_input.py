@@ -101,7 +101,9 @@ def test_value_that_cannot_be_stored(store: litstore.Store) -> None:
 
 
 def test_record_that_is_not_a_mapping(store: litstore.Store) -> None:
-    _expect_rejected(store, lambda: store.append([{"id": "a"}, ["id", "b"]]), litstore.SchemaError, "position 1", "list")
+    _expect_rejected(
+        store, lambda: store.append([{"id": "a"}, ["id", "b"]]), litstore.SchemaError, "position 1", "list"
+    )
 
 
 def test_unknown_split_name(make_store: Callable[..., litstore.Store]) -> None:

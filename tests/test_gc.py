@@ -257,7 +257,9 @@ def test_a_live_writers_staged_fragment_survives_gc_and_commits(history: History
 
     # The writer now publishes on top of the latest version, which gc kept.
     latest = litstore.open(root)
-    version, _ = publish(latest._storage, latest.config, latest.version, latest.chunks(), change, staged, "append")
+    version, _ = publish(
+        latest._storage, latest.config, latest.version, latest.chunks(), change, staged, "append", latest.manifest
+    )
     reopened = litstore.open(root)
     assert reopened.version.number == version.number == 7
     expected = {**history.contents[6], **{f"k{i:03d}": _record(i) for i in range(900, 925)}}

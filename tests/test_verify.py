@@ -20,6 +20,7 @@ import pytest
 
 import litstore
 from litstore import _litdata, codec, layout
+from litstore.snapshot import compose_manifest
 from litstore.verify import VerifyReport
 
 SPLITS = litstore.HashSplit(train=0.6, val=0.2, test=0.2)
@@ -78,7 +79,9 @@ def _index_path(root: Path, split: str, version: int = LATEST) -> str:
 
 
 def _rows(root: Path, version: int = LATEST) -> list[dict[str, Any]]:
-    return litstore.open(root).at(version).manifest().to_pylist()
+    """The manifest as composed from the files now on disk (not the process's cache of it)."""
+    store = litstore.open(root)
+    return compose_manifest(store._storage, store.config, version).to_pylist()
 
 
 def _pick(root: Path, prefix: str = "c") -> dict[str, Any]:

@@ -39,29 +39,43 @@ _NATIVE = (str, int, float, bool, bytes, type(None))
 _INT_MIN = -(2**63)
 _UINT_MAX = 2**64 - 1
 
-_PACKER_OPTIONS: dict[str, Any] = {"use_bin_type": True}
+# Lone surrogates ("\ud800") are valid Python str; keep them rather than fail.
+_PACKER_OPTIONS: dict[str, Any] = {"use_bin_type": True, "unicode_errors": "surrogatepass"}
 
 
 class UnsupportedValueError(TypeError):
     """A value in a record has a type litstore cannot store; ``path`` says where."""
 
-    def __init__(self, path: str, value: Any) -> None:
-        super().__init__(f"{path or 'record'}: values of type {type(value).__name__} cannot be stored")
+    def __init__(self, path: str, value: Any, why: str = "") -> None:
+        reason = why or f"values of type {type(value).__name__} cannot be stored"
+        super().__init__(f"{path or 'record'}: {reason}")
         self.path = path
 
 
-def _sort_key(key: Any) -> tuple[str, Any]:
-    return (type(key).__name__, key)
+# Dict keys MessagePack reads back as they were written (hashable, same type).
+_KEY_TYPES = (str, int, float, bool, bytes, type(None))
+
+
+def _sorted_keys(mapping: dict[Any, Any], path: str) -> list[Any]:
+    """The keys of ``mapping`` in canonical order: all-str keys as text, all-int keys as numbers."""
+    keys = list(mapping)
+    if all(type(key) is str for key in keys):
+        return sorted(keys)
+    if all(type(key) is int for key in keys) and all(_INT_MIN <= key <= _UINT_MAX for key in keys):
+        return sorted(keys)
+    for key in keys:
+        if type(key) not in _KEY_TYPES or (type(key) is int and not _INT_MIN <= key <= _UINT_MAX):
+            raise UnsupportedValueError(
+                path, key, f"dict key {key!r} ({type(key).__name__}) cannot be stored; use str, int, float or bytes"
+            )
+    # Mixed or non-str keys (NaN included) sort by their encoding: total and stable.
+    return sorted(keys, key=_pack)
 
 
 def _canonical(value: Any, path: str) -> Any:
     kind = type(value)
     if kind is dict:
-        try:
-            keys = sorted(value)
-        except TypeError:
-            keys = sorted(value, key=_sort_key)
-        return {key: _canonical(value[key], f"{path}.{key}" if path else str(key)) for key in keys}
+        return {key: _canonical(value[key], f"{path}.{key}" if path else str(key)) for key in _sorted_keys(value, path)}
     if kind is str or kind is float or kind is bool or kind is bytes or value is None:
         return value
     if kind is int:
@@ -72,17 +86,16 @@ def _canonical(value: Any, path: str) -> Any:
         items = [_canonical(item, f"{path}[{index}]") for index, item in enumerate(value)]
         return msgpack.ExtType(_TUPLE, _pack(items))
     if isinstance(value, np.ndarray):
-        if value.dtype.hasobject:
-            raise UnsupportedValueError(path, value)
+        _check_dtype(value.dtype, value, path)
         body = [value.dtype.str, list(value.shape), np.ascontiguousarray(value).tobytes()]
         return msgpack.ExtType(_NDARRAY, _pack(body))
     if isinstance(value, np.generic):
-        if value.dtype.hasobject:
-            raise UnsupportedValueError(path, value)
+        _check_dtype(value.dtype, value, path)
         return msgpack.ExtType(_NPSCALAR, _pack([value.dtype.str, value.tobytes()]))
     if isinstance(value, torch.Tensor):
-        flat = value.detach().cpu().contiguous().reshape(-1)
-        body = [str(value.dtype).removeprefix("torch."), list(value.shape), flat.view(torch.uint8).numpy().tobytes()]
+        tensor = value.detach().cpu()
+        raw = tensor.contiguous().reshape(-1).view(torch.uint8).numpy().tobytes() if tensor.numel() else b""
+        body = [str(value.dtype).removeprefix("torch."), list(value.shape), raw]
         return msgpack.ExtType(_TENSOR, _pack(body))
     if isinstance(value, (bytearray, memoryview)):
         return bytes(value)
@@ -94,6 +107,13 @@ def _canonical(value: Any, path: str) -> Any:
         data_format, data = _litdata.encode_media(value)
         return msgpack.ExtType(_MEDIA, _pack([data_format, data]))
     raise UnsupportedValueError(path, value)
+
+
+def _check_dtype(dtype: np.dtype[Any], value: Any, path: str) -> None:
+    if dtype.hasobject:
+        raise UnsupportedValueError(path, value, "numpy object arrays cannot be stored")
+    if dtype.fields is not None or dtype.subdtype is not None:
+        raise UnsupportedValueError(path, value, f"structured numpy dtype {dtype} cannot be stored")
 
 
 def _builtin(value: Any) -> Any:
@@ -122,9 +142,13 @@ def _ext_hook(code: int, data: bytes) -> Any:
         return tuple(_unpack(data))
     if code == _NDARRAY:
         dtype, shape, raw = _unpack(data)
+        if not raw or np.dtype(dtype).itemsize == 0:  # empty, or zero-width strings: nothing to read
+            return np.zeros(shape, dtype=np.dtype(dtype))
         return np.frombuffer(raw, dtype=np.dtype(dtype)).reshape(shape).copy()
     if code == _NPSCALAR:
         dtype, raw = _unpack(data)
+        if np.dtype(dtype).itemsize == 0:  # np.str_("") and np.bytes_(b"")
+            return np.dtype(dtype).type()
         return np.frombuffer(raw, dtype=np.dtype(dtype))[0]
     if code == _TENSOR:
         dtype_name, shape, raw = _unpack(data)
@@ -141,7 +165,9 @@ def _ext_hook(code: int, data: bytes) -> Any:
 
 
 def _unpack(data: bytes | memoryview) -> Any:
-    return msgpack.unpackb(data, raw=False, ext_hook=_ext_hook, strict_map_key=False, use_list=True)
+    return msgpack.unpackb(
+        data, raw=False, ext_hook=_ext_hook, strict_map_key=False, use_list=True, unicode_errors="surrogatepass"
+    )
 
 
 def decode(data: bytes | memoryview) -> Any:

@@ -88,6 +88,8 @@ def compose(key_type: str, checkpoint: pa.Table | None, deltas: Sequence[pa.Tabl
     Rows come sorted by ``key_hash``. A key the newest delta wrote twice keeps both
     rows: composing must not hide a duplicate that ``verify`` should report.
     """
+    if checkpoint is not None and not deltas:
+        return checkpoint.select(list(MANIFEST_COLUMNS)).cast(schema(key_type))
     parts: list[pa.Table] = []
     if checkpoint is not None:
         base = checkpoint.select(list(MANIFEST_COLUMNS))

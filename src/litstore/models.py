@@ -149,6 +149,8 @@ class Version(_Frozen):
         dropped_chunks: the parent's chunks this version no longer lists (copy-on-write).
         manifest: the manifest delta this commit wrote, relative to the store root.
         checkpoint: a full manifest written with this commit, if any.
+        pending_rows: delta rows composed on top of the newest checkpoint to get
+            this version's manifest (0 when it has a checkpoint).
         indexes: the litdata index file of each non-empty split.
     """
 
@@ -167,6 +169,7 @@ class Version(_Frozen):
     dropped_chunks: tuple[str, ...] = ()
     manifest: str | None = None
     checkpoint: str | None = None
+    pending_rows: int = Field(default=0, ge=0)
     indexes: dict[str, str] = Field(default_factory=dict)
 
     @property

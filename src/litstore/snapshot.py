@@ -8,6 +8,8 @@ A ``Snapshot`` is not thread-safe; give each thread or process its own.
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, TypeVar
 
@@ -34,6 +36,36 @@ from litstore.s3 import S3Storage
 from litstore.storage import Storage
 from litstore.streaming import VersionDataset
 
+
+class _ManifestCache:
+    """The composed manifests of the few most recently used versions of one store.
+
+    Shared by a store and every snapshot taken from it, so ``store.diff(a, b)`` twice,
+    or ``store.at(v)`` taken again, does not compose the same manifests again. Safe
+    because a committed version never changes: entries are keyed by version number
+    and the commit's transaction id. ``litstore.open`` starts with an empty cache.
+    """
+
+    def __init__(self, capacity: int = 4) -> None:
+        self._capacity = capacity
+        self._entries: OrderedDict[tuple[int, str | None], pa.Table] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: tuple[int, str | None]) -> pa.Table | None:
+        with self._lock:
+            table = self._entries.get(key)
+            if table is not None:
+                self._entries.move_to_end(key)
+            return table
+
+    def put(self, key: tuple[int, str | None], table: pa.Table) -> None:
+        with self._lock:
+            self._entries[key] = table
+            self._entries.move_to_end(key)
+            while len(self._entries) > self._capacity:
+                self._entries.popitem(last=False)
+
+
 Record = dict[str, Any]
 Key = str | int
 _Default = TypeVar("_Default")
@@ -53,8 +85,10 @@ class Snapshot:
         config: StoreConfig,
         version: Version,
         model: type[pydantic.BaseModel] | None = None,
+        manifests: _ManifestCache | None = None,
     ) -> None:
         self._storage = storage
+        self._manifests = manifests if manifests is not None else _ManifestCache()
         self._config = config
         self._version = version
         self._model = model
@@ -123,8 +157,10 @@ class Snapshot:
         missing: list[Key] = []
         payload = self._cache.payload
         decode = codec.decode
-        chunk_ids = index.chunk_ids
-        order = np.argsort(np.where(found, chunk_ids[np.minimum(positions, max(len(index) - 1, 0))], -1), kind="stable")
+        order = np.arange(len(keys))
+        if len(index):  # read chunk by chunk: better locality for large batches
+            chunk_of = np.where(found, index.chunk_ids[np.minimum(positions, len(index) - 1)], -1)
+            order = np.argsort(chunk_of, kind="stable")
         for i in order.tolist():
             key = keys[i]
             record = None
@@ -171,7 +207,12 @@ class Snapshot:
     def manifest(self) -> pa.Table:
         """This version's manifest: one row per live record (see :mod:`litstore.manifest`)."""
         if self._manifest is None:
-            self._manifest = compose_manifest(self._storage, self._config, self._version.number)
+            key = (self._version.number, self._version.transaction)
+            cached = self._manifests.get(key)
+            if cached is None:
+                cached = compose_manifest(self._storage, self._config, self._version.number)
+                self._manifests.put(key, cached)
+            self._manifest = cached
         return self._manifest
 
     def sql(self, query: str, version: int | Version | None = None) -> pa.Table:
@@ -204,9 +245,10 @@ class Snapshot:
         """
         if version is not None and int(version) != self._version.number:
             return self.at(version).verify(expected_keys=expected_keys, progress=progress)
-        return verification.verify(
-            self._storage, self._config, self._version, self.manifest(), self.chunks(), expected_keys, progress
-        )
+        # Read everything from storage again: verify must not trust what is in memory.
+        listed = compose_manifest(self._storage, self._config, self._version.number)
+        chunks = read_chunks(self._storage, self._version)
+        return verification.verify(self._storage, self._config, self._version, listed, chunks, expected_keys, progress)
 
     def chunks(self) -> dict[str, list[ChunkInfo]]:
         """The chunks of each split of this version, as its litdata index files list them."""
@@ -288,10 +330,11 @@ class Snapshot:
         """
         number = self._resolve(version)
         if number == self._version.number:
-            snapshot = Snapshot(self._storage, self._config, self._version, self._model)
+            snapshot = Snapshot(self._storage, self._config, self._version, self._model, self._manifests)
             snapshot._index, snapshot._manifest, snapshot._chunks = self._index, self._manifest, self._chunks
             return snapshot
-        return Snapshot(self._storage, self._config, read_version(self._storage, number), self._model)
+        version_record = read_version(self._storage, number)
+        return Snapshot(self._storage, self._config, version_record, self._model, self._manifests)
 
     def tags(self) -> dict[str, int]:
         """Every tag and the version it names."""

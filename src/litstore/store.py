@@ -18,7 +18,6 @@ from importlib import import_module
 from typing import Any, Literal
 
 import numpy as np
-import pyarrow as pa
 import pydantic
 from pydantic.errors import PydanticUserError
 
@@ -315,7 +314,7 @@ class Store(Snapshot):
                     change,
                     staged,
                     operation,
-                    self._manifest_if_checkpoint_due(),
+                    self.manifest,
                 )
             except ConflictError:
                 try:
@@ -377,11 +376,6 @@ class Store(Snapshot):
                 f"this store validates records against {self._config.record_schema.qualname}, which could not be "
                 "imported; pass it as litstore.open(root, schema=...) to write"
             )
-
-    def _manifest_if_checkpoint_due(self) -> pa.Table | None:
-        if (self._version.number + 1) % self._config.checkpoint_interval:
-            return None
-        return self.manifest()
 
     def _move_to(
         self, version: Version, index: KeyIndex | None, chunks: dict[str, list[ChunkInfo]] | None = None

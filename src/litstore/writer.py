@@ -15,6 +15,7 @@ committed version never references a file that is not complete.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -98,11 +99,15 @@ def publish(
     change: Change,
     staged: Staged,
     operation: Operation,
-    parent_manifest: pa.Table | None = None,
+    parent_manifest: Callable[[], pa.Table],
 ) -> tuple[Version, dict[str, list[ChunkInfo]]]:
     """Commit ``staged`` as version ``parent.number + 1``; returns it and its chunks.
 
-    ``parent_manifest`` is needed only when the new version is due a checkpoint.
+    ``parent_manifest`` is called only when the new version is due a checkpoint: every
+    ``checkpoint_interval`` versions, or when composing it would read more delta
+    rows than it has live records (after large upserts and deletes, whose
+    copy-on-write deltas are big), so composing any version reads at most about
+    twice its live rows.
 
     Raises:
         ConflictError: another writer committed this version number first; the
@@ -124,16 +129,17 @@ def publish(
             storage.write(indexes[split], _litdata.index_document(split_chunks, config.chunk_bytes))
     written.extend(indexes.values())
 
-    checkpoint_path = None
-    if number % config.checkpoint_interval == 0 and parent_manifest is not None:
-        checkpoint_path = layout.manifest_checkpoint(number, transaction)
-        full = manifest.compose(config.key_type, parent_manifest, [delta])
-        storage.write(checkpoint_path, manifest.to_parquet(full))
-        written.append(checkpoint_path)
-
     counts = dict(parent.counts)
     for split, change_in_count in _count_changes(change).items():
         counts[split] = counts.get(split, 0) + change_in_count
+    pending_rows = parent.pending_rows + delta.num_rows
+    checkpoint_path = None
+    if number % config.checkpoint_interval == 0 or pending_rows > sum(counts.values()):
+        checkpoint_path = layout.manifest_checkpoint(number, transaction)
+        full = manifest.compose(config.key_type, parent_manifest(), [delta])
+        storage.write(checkpoint_path, manifest.to_parquet(full))
+        written.append(checkpoint_path)
+        pending_rows = 0
     version = Version(
         number=number,
         parent=parent.number,
@@ -149,6 +155,7 @@ def publish(
         dropped_chunks=tuple(sorted(change.dropped_chunks)),
         manifest=manifest_path,
         checkpoint=checkpoint_path,
+        pending_rows=pending_rows,
         indexes=indexes,
     )
     try:
