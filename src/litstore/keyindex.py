@@ -57,13 +57,15 @@ class KeyIndex:
 
     def first_positions(self, key_hashes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """For each hash, its first position and whether it is present at all."""
-        positions = np.searchsorted(self.hashes, key_hashes, "left")
-        clipped = np.minimum(positions, max(len(self.hashes) - 1, 0))
-        found = (
-            (positions < len(self.hashes)) & (self.hashes[clipped] == key_hashes)
-            if len(self.hashes)
-            else (np.zeros(len(key_hashes), dtype=bool))
-        )
+        count = len(key_hashes)
+        if not len(self.hashes):
+            return np.zeros(count, dtype=np.intp), np.zeros(count, dtype=bool)
+        # Search in hash order: ascending needles keep the binary searches in cache.
+        order = np.argsort(key_hashes)
+        positions = np.empty(count, dtype=np.intp)
+        positions[order] = np.searchsorted(self.hashes, key_hashes[order], "left")
+        found = self.hashes[np.minimum(positions, len(self.hashes) - 1)] == key_hashes
+        found &= positions < len(self.hashes)
         return positions, found
 
     def location(self, position: int) -> tuple[str, int]:

@@ -19,8 +19,9 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -87,16 +88,21 @@ class S3Storage:
     def local_path(self, path: str) -> str | None:
         return None
 
-    def exists(self, path: str) -> bool:
+    def _succeeds(self, action: str, path: str, call: Callable[[], Any], refusals: set[str]) -> bool:
+        """Run ``call``: ``False`` if S3 refused it with one of ``refusals``, ``True`` if it succeeded."""
         try:
-            self.client.head_object(Bucket=self.bucket, Key=self._key(path))
+            call()
         except ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") in _NOT_FOUND:
+            if exc.response.get("Error", {}).get("Code") in refusals:
                 return False
-            raise StorageError(f"cannot look up {path!r} in {self.url}: {exc}") from exc
+            raise StorageError(f"cannot {action} {path!r} in {self.url}: {exc}") from exc
         except BotoCoreError as exc:
-            raise StorageError(f"cannot look up {path!r} in {self.url}: {exc}") from exc
+            raise StorageError(f"cannot {action} {path!r} in {self.url}: {exc}") from exc
         return True
+
+    def exists(self, path: str) -> bool:
+        head = partial(self.client.head_object, Bucket=self.bucket, Key=self._key(path))
+        return self._succeeds("look up", path, head, _NOT_FOUND)
 
     def read(self, path: str) -> bytes:
         with self._translated("read", path):
@@ -123,15 +129,8 @@ class S3Storage:
             self.client.put_object(Bucket=self.bucket, Key=self._key(path), Body=data)
 
     def put_if_absent(self, path: str, data: bytes) -> bool:
-        try:
-            self.client.put_object(Bucket=self.bucket, Key=self._key(path), Body=data, IfNoneMatch="*")
-        except ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") in _ALREADY_EXISTS:
-                return False
-            raise StorageError(f"cannot create {path!r} in {self.url}: {exc}") from exc
-        except BotoCoreError as exc:
-            raise StorageError(f"cannot create {path!r} in {self.url}: {exc}") from exc
-        return True
+        put = partial(self.client.put_object, Bucket=self.bucket, Key=self._key(path), Body=data, IfNoneMatch="*")
+        return self._succeeds("create", path, put, _ALREADY_EXISTS)
 
     def names(self, prefix: str) -> list[str]:
         """Names of the entries directly under ``prefix`` (objects and sub-prefixes)."""

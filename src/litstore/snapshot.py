@@ -150,32 +150,37 @@ class Snapshot:
         keys = list(keys)
         index = self._key_index()
         key_field = self._config.key
-        valid = [self._valid_key(key) for key in keys]
-        hashes = hashing.key_hashes(key if ok else "" for key, ok in zip(keys, valid))
+        if self._config.key_type == "str":  # the common case, without a method call per key
+            valid = np.fromiter((isinstance(key, str) for key in keys), dtype=bool, count=len(keys))
+        else:
+            valid = np.fromiter((self._valid_key(key) for key in keys), dtype=bool, count=len(keys))
+        if valid.all():
+            hashes = hashing.key_hashes(keys)
+        else:
+            hashes = hashing.key_hashes(key if ok else "" for key, ok in zip(keys, valid.tolist(), strict=True))
         positions, found = index.first_positions(hashes)
-        results: list[Any] = [None] * len(keys)
-        missing: list[Key] = []
-        payload = self._cache.payload
-        decode = codec.decode
-        order = np.arange(len(keys))
-        if len(index):  # read chunk by chunk: better locality for large batches
-            chunk_of = np.where(found, index.chunk_ids[np.minimum(positions, len(index) - 1)], -1)
-            order = np.argsort(chunk_of, kind="stable")
-        for i in order.tolist():
-            key = keys[i]
-            record = None
-            if found[i] and valid[i]:
-                position = int(positions[i])
-                chunk, row = index.location(position)
-                record = decode(payload(chunk, row))
-                if record[key_field] != key:
+        found &= valid
+        hits = np.flatnonzero(found)
+        chunk_ids, rows = index.chunk_ids[positions[hits]], index.rows[positions[hits]]
+        order = np.lexsort((rows, chunk_ids))  # chunk by chunk, rows ascending
+        hits, chunk_ids, rows = hits[order], chunk_ids[order], rows[order]
+        results: list[Any] = [default] * len(keys)
+        bounds = np.flatnonzero(np.diff(chunk_ids)) + 1
+        groups = zip(np.split(hits, bounds), np.split(chunk_ids, bounds), np.split(rows, bounds), strict=True)
+        for group, ids, group_rows in groups:
+            if not len(group):
+                continue
+            records = self._cache.records(index.chunks[int(ids[0])], group_rows)
+            for i, record in zip(group.tolist(), records, strict=True):
+                key = keys[i]
+                if record[key_field] != key:  # a key-hash collision: check every position with this hash
                     record = self._find(key)
-            if record is None:
-                if default is _RAISE:
-                    missing.append(key)
-                record = default
-            results[i] = record
-        if missing:
+                    if record is None:
+                        found[i] = False
+                        record = default
+                results[i] = record
+        if default is _RAISE and not found.all():
+            missing = [keys[i] for i in np.flatnonzero(~found).tolist()]
             raise KeyNotFoundError(
                 f"{len(missing)} of {len(keys)} keys are not in version {self._version.number}: {describe(missing)}"
             )
