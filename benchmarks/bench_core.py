@@ -28,10 +28,8 @@ import itertools
 import os
 import platform
 import sys
-import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -41,6 +39,7 @@ import numpy as np
 from litdata.streaming.writer import BinaryWriter
 
 import litstore
+from _common import workdir
 from litstore import codec
 
 PAYLOAD_BYTES = 1024
@@ -87,19 +86,6 @@ def make_records(n: int, rng: np.random.Generator) -> list[Record]:
 def batch_bounds(n: int, batches: int) -> list[tuple[int, int]]:
     edges = np.linspace(0, n, batches + 1).astype(int).tolist()
     return list(itertools.pairwise(edges))
-
-
-@contextmanager
-def workdir(keep: str | None) -> Iterator[Path]:
-    if keep is None:
-        with tempfile.TemporaryDirectory(prefix="litstore-bench-") as directory:
-            yield Path(directory)
-        return
-    path = Path(keep)
-    if path.exists() and any(path.iterdir()):
-        raise SystemExit(f"--keep {keep}: directory exists and is not empty")
-    path.mkdir(parents=True, exist_ok=True)
-    yield path
 
 
 @dataclass(frozen=True)

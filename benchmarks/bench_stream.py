@@ -49,10 +49,8 @@ import os
 import resource
 import shutil
 import sys
-import tempfile
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -61,6 +59,7 @@ import numpy as np
 from litdata import StreamingDataLoader, StreamingDataset
 
 import litstore
+from _common import workdir
 from litstore import codec
 from litstore.diff import Diff
 
@@ -76,19 +75,6 @@ CHANGE_FRACTION = 0.05  # upserted with new content; the same fraction again is 
 
 def default_chunk_bytes() -> int:
     return int(inspect.signature(litstore.Store.create).parameters["chunk_bytes"].default)
-
-
-@contextmanager
-def workdir(keep: str | None) -> Iterator[Path]:
-    if keep is None:
-        with tempfile.TemporaryDirectory(prefix="litstore-bench-stream-") as directory:
-            yield Path(directory)
-        return
-    path = Path(keep)
-    if path.exists() and any(path.iterdir()):
-        raise SystemExit(f"--keep {keep}: directory exists and is not empty")
-    path.mkdir(parents=True, exist_ok=True)
-    yield path
 
 
 def timed(action: Callable[[], Any]) -> tuple[float, Any]:
@@ -391,7 +377,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
     print(f"python {sys.version.split()[0]}, litstore {litstore.__version__}, {os.cpu_count()} CPUs", flush=True)
-    with workdir(args.keep) as directory:
+    with workdir(args.keep, "litstore-bench-stream-") as directory:
         os.environ["LITSTORE_VIEWS"] = str(directory / "views")
         stream_rows_ = [] if args.skip_stream else bench_streaming(directory, args)
         diff_rows = [] if args.skip_diff else bench_diff(directory, args.diff_n)
