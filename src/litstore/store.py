@@ -36,7 +36,17 @@ from litstore.errors import (
 )
 from litstore.gc import DEFAULT_GRACE, GCReport, choose_kept, collect
 from litstore.keyindex import KeyIndex
-from litstore.models import HashSplit, Operation, SchemaRef, SplitRule, StoreConfig, Tag, Version, check_tag_name
+from litstore.models import (
+    FieldSplit,
+    HashSplit,
+    Operation,
+    SchemaRef,
+    SplitRule,
+    StoreConfig,
+    Tag,
+    Version,
+    check_tag_name,
+)
 from litstore.records import prepare
 from litstore.snapshot import Key, Snapshot, checkpoint_of, compose_manifest, read_version
 from litstore.storage import open_storage
@@ -79,15 +89,15 @@ class Store(Snapshot):
             key_type: ``str`` or ``int``; defaults to the schema's key annotation, else ``str``.
             schema: a pydantic model every record is validated against.
             chunk_bytes: target size of a chunk file.
-            checkpoint_interval: write a full manifest every this many versions.
+            checkpoint_interval: write a full manifest at least every this many
+                versions (also whenever the deltas since the last one outgrow the
+                live records).
             storage_options: for ``s3://`` roots, keyword arguments of boto3's S3
                 client (``endpoint_url``, credentials, ...), also used for streaming.
 
         Raises:
             StoreExistsError: ``root`` already holds a store.
         """
-        from litstore.models import FieldSplit
-
         rule: SplitRule
         if splits is None:
             rule = HashSplit(train=1.0)
