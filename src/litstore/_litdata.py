@@ -45,6 +45,7 @@ from litdata.streaming.downloader import (
 from litdata.streaming.serializers import _SERIALIZERS
 from litdata.streaming.writer import BinaryWriter
 from litdata.types import _MediaRef
+from tqdm.auto import tqdm
 
 from litstore.errors import IntegrityError
 
@@ -91,7 +92,13 @@ class _FragmentWriter(BinaryWriter):
 
 
 def write_chunks(
-    directory: str, fragment: str, prefix: str, payloads: Sequence[bytes], first_chunk: int, chunk_bytes: int
+    directory: str,
+    fragment: str,
+    prefix: str,
+    payloads: Sequence[bytes],
+    first_chunk: int,
+    chunk_bytes: int,
+    progress: bool = False,
 ) -> list[ChunkInfo]:
     """Write ``payloads``, in order, as litdata chunks of one fragment into ``directory``.
 
@@ -100,7 +107,8 @@ def write_chunks(
     the chunk whose cumulative ``num_items`` range holds it.
     """
     writer = _FragmentWriter(directory, fragment, first_chunk, chunk_bytes)
-    for index, payload in enumerate(payloads):
+    items = tqdm(payloads, desc=f"writing {prefix}", unit="rec", disable=not progress)
+    for index, payload in enumerate(items):
         writer.add_item(index, payload)
     writer.done()
     return [

@@ -187,7 +187,7 @@ class Store(Snapshot):
                 f"{describe(existing)}",
                 culprits,
             )
-        return self._commit(lambda: plan_append(batch), "append")
+        return self._commit(lambda: plan_append(batch), "append", progress)
 
     def upsert(self, records: Iterable[Any], *, progress: bool = False) -> Version:
         """Insert new keys and replace existing ones, as one new version; return it.
@@ -205,9 +205,9 @@ class Store(Snapshot):
         batch = prepare(records, self._config, self._model, progress)
         if not len(batch):
             return self._version
-        return self._commit(lambda: plan_upsert(batch, self.manifest(), self._cache), "upsert")
+        return self._commit(lambda: plan_upsert(batch, self.manifest(), self._cache), "upsert", progress)
 
-    def delete(self, keys: Iterable[Key], *, missing_ok: bool = False) -> Version:
+    def delete(self, keys: Iterable[Key], *, missing_ok: bool = False, progress: bool = False) -> Version:
         """Remove ``keys`` as one new version and return it.
 
         Raises:
@@ -218,7 +218,7 @@ class Store(Snapshot):
         keys = list(keys)
         if not keys:
             return self._version
-        return self._commit(lambda: plan_delete(keys, self.manifest(), self._cache, missing_ok), "delete")
+        return self._commit(lambda: plan_delete(keys, self.manifest(), self._cache, missing_ok), "delete", progress)
 
     def tag(self, name: str, version: int | Version | None = None, *, move: bool = False) -> Tag:
         """Name ``version`` (default: the latest) ``name``; ``store.at(name)`` then reads it.
@@ -301,7 +301,7 @@ class Store(Snapshot):
 
     # -- internals -----------------------------------------------------------------
 
-    def _commit(self, plan: Callable[[], Change], operation: Operation) -> Version:
+    def _commit(self, plan: Callable[[], Change], operation: Operation, progress: bool = False) -> Version:
         """Stage the planned change once, then publish it, rebasing over other writers' commits.
 
         When another writer commits first, the store catches up with it. If that
@@ -313,7 +313,7 @@ class Store(Snapshot):
         change = plan()
         if change.empty:
             return self._version
-        staged = stage(self._storage, self._config, change)
+        staged = stage(self._storage, self._config, change, progress)
         for attempt in range(_MAX_COMMIT_ATTEMPTS):
             try:
                 version, chunks = publish(
@@ -344,7 +344,7 @@ class Store(Snapshot):
                     change = plan()
                     if change.empty:
                         return self._version
-                    staged = stage(self._storage, self._config, change)
+                    staged = stage(self._storage, self._config, change, progress)
                 time.sleep(random.uniform(0, 0.002 * (attempt + 1)))
                 continue
             index = self._key_index()

@@ -48,7 +48,7 @@ def new_transaction_id() -> str:
     return uuid.uuid4().hex[:20]
 
 
-def stage(storage: Storage, config: StoreConfig, change: Change) -> Staged:
+def stage(storage: Storage, config: StoreConfig, change: Change, progress: bool = False) -> Staged:
     """Write the change's records into a new fragment, in key-hash order per split.
 
     Key-hash order makes the chunks depend on the set of records, not on the order
@@ -76,6 +76,7 @@ def stage(storage: Storage, config: StoreConfig, change: Change) -> Staged:
                 [batch.payloads[i] for i in order],
                 first_chunk=next_chunk,
                 chunk_bytes=config.chunk_bytes,
+                progress=progress,
             )
             next_chunk += len(written)
             new_chunks[split] = written

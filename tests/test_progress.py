@@ -1,0 +1,29 @@
+"""Long operations are quiet by default and show tqdm progress on stderr when asked."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+import litstore
+
+
+def test_writes_are_quiet_by_default_and_show_progress_when_asked(
+    make_store: Callable[..., litstore.Store], capsys: pytest.CaptureFixture[str]
+) -> None:
+    store = make_store(key="id")
+    store.append([{"id": str(i)} for i in range(500)])
+    store.upsert([{"id": "1", "v": 1}])
+    store.delete(["2"])
+    store.gc()
+    quiet = capsys.readouterr()
+    assert quiet.out == quiet.err == ""
+
+    store.append([{"id": f"n{i}"} for i in range(300)], progress=True)
+    shown = capsys.readouterr().err
+    assert "encoding" in shown and "300/300" in shown and "writing fragments/" in shown
+    store.delete(["3"], progress=True)
+    assert "writing fragments/" in capsys.readouterr().err
+    store.gc(progress=True, keep_last=1)
+    assert "gc" in capsys.readouterr().err
