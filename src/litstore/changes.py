@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute
 
 from litstore import manifest
 from litstore.chunks import ChunkCache
@@ -164,24 +165,23 @@ def _with_moved(
 ) -> Change:
     """Add the live rows of ``dirty`` chunks that are not ``leaving`` to the batch, as moved."""
     survivors = manifest.rows_in_chunks(parent, sorted(dirty))
-    moved_keys: list[Any] = []
-    moved_hashes: list[int] = []
-    moved_splits: list[str] = []
+    if leaving:
+        staying = pa.compute.invert(pa.compute.is_in(survivors.column("key"), pa.array(list(leaving))))
+        survivors = survivors.filter(staying)
+    moved_keys: list[Any] = survivors.column("key").to_pylist()
+    moved_hashes = survivors.column("key_hash").to_numpy()
+    moved_splits: list[str] = survivors.column("split").to_pylist()
+    moved_contents: list[bytes] = survivors.column("content_hash").to_pylist()
     moved_payloads: list[bytes] = []
-    moved_contents: list[bytes] = []
-    for key, key_hash, content, split, chunk, row in zip(
-        *(survivors.column(name).to_pylist() for name in manifest.MANIFEST_COLUMNS)
-    ):
-        if key in leaving:
-            continue
-        moved_keys.append(key)
-        moved_hashes.append(key_hash)
-        moved_splits.append(split)
-        moved_payloads.append(bytes(cache.payload(chunk, row)))
-        moved_contents.append(content)
+    chunks = survivors.column("chunk").to_numpy(zero_copy_only=False)
+    rows = survivors.column("row").to_numpy()
+    bounds = np.flatnonzero(chunks[1:] != chunks[:-1]) + 1  # survivors come sorted by chunk, row
+    for start, end in zip([0, *bounds.tolist()], [*bounds.tolist(), len(chunks)], strict=True):
+        if end > start:
+            moved_payloads.extend(bytes(payload) for payload in cache.payloads(str(chunks[start]), rows[start:end]))
     combined = Batch(
         keys=batch.keys + moved_keys,
-        key_hashes=np.concatenate([batch.key_hashes, np.array(moved_hashes, dtype=np.uint64)]),
+        key_hashes=np.concatenate([batch.key_hashes, moved_hashes.astype(np.uint64)]),
         splits=batch.splits + moved_splits,
         payloads=batch.payloads + moved_payloads,
         content_hashes=batch.content_hashes + moved_contents,

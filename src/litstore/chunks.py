@@ -92,20 +92,22 @@ class ChunkCache:
         cheaper than decoding them one by one; a remote chunk's are fetched with few,
         concurrent ranged GETs.
         """
+        payloads = self.payloads(name, rows)
+        records = codec.decode_all(b"".join(payloads))
+        if len(records) != len(payloads):
+            raise IntegrityError(f"chunk {name}: {len(payloads)} payloads decoded as {len(records)} records")
+        return records
+
+    def payloads(self, name: str, rows: np.ndarray | None = None) -> list[bytes] | list[memoryview]:
+        """The stored bytes of items ``rows`` (default: every item) of chunk ``name``, in that order."""
         chunk = self._chunk(name)
-        rows = np.asarray(rows, dtype=np.int64)
+        rows = np.arange(len(chunk.offsets) - 1) if rows is None else np.asarray(rows, dtype=np.int64)
         starts = (chunk.offsets[rows] + 4).tolist()
         ends = chunk.offsets[rows + 1].tolist()
-        payloads: list[bytes] | list[memoryview]
         if chunk.data is None:
-            payloads = self._fetch(name, starts, ends)
-        else:
-            view = memoryview(chunk.data)
-            payloads = [view[start:end] for start, end in zip(starts, ends, strict=True)]
-        records = codec.decode_all(b"".join(payloads))
-        if len(records) != len(starts):
-            raise IntegrityError(f"chunk {name}: {len(starts)} payloads decoded as {len(records)} records")
-        return records
+            return self._fetch(name, starts, ends)
+        view = memoryview(chunk.data)
+        return [view[start:end] for start, end in zip(starts, ends, strict=True)]
 
     def _fetch(self, name: str, starts: list[int], ends: list[int]) -> list[bytes]:
         """Byte ranges of a remote chunk: nearby ranges merged, the GETs run concurrently.

@@ -67,6 +67,8 @@ class _ManifestCache:
 
 
 Record = dict[str, Any]
+# Records decoded at once when iterating a version: bounds memory, keeps one decode pass.
+_DECODE_BATCH = 1024
 Key = str | int
 _Default = TypeVar("_Default")
 _RAISE: Any = object()
@@ -196,11 +198,10 @@ class Snapshot:
     def items(self) -> Iterator[tuple[Key, Record]]:
         """``(key, record)`` for every record, in storage order (fast: chunk by chunk)."""
         key_field = self._config.key
-        for chunk in self._live_locations():
-            name, rows = chunk
-            for row in rows:
-                record = codec.decode(self._cache.payload(name, row))
-                yield record[key_field], record
+        for name, rows in self._live_locations():
+            for start in range(0, len(rows), _DECODE_BATCH):
+                for record in self._cache.records(name, np.asarray(rows[start : start + _DECODE_BATCH])):
+                    yield record[key_field], record
 
     def values(self) -> Iterator[Record]:
         """Every record, in storage order."""
