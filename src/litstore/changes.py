@@ -20,6 +20,7 @@ import pyarrow.compute
 from litstore import manifest
 from litstore.chunks import ChunkCache
 from litstore.errors import KeyNotFoundError, SplitError, describe
+from litstore.hashing import is_key
 from litstore.records import Batch
 
 NEW, REPLACED, MOVED = 0, 1, 2
@@ -118,10 +119,11 @@ def plan_delete(keys: Sequence[Any], parent: pa.Table, cache: ChunkCache, missin
     """
     unique = list(dict.fromkeys(keys))
     key_type = parent.schema.field("key").type
-    valid = [key for key in unique if _fits(key, key_type)]
+    kind = "str" if pa.types.is_string(key_type) else "int"
+    valid = [key for key in unique if is_key(key, kind)]
     found = manifest.rows_for_keys(parent, pa.array(valid, key_type))
     present = set(found.column("key").to_pylist())
-    missing = [key for key in unique if key not in present or not _fits(key, key_type)]
+    missing = [key for key in unique if key not in present or not is_key(key, kind)]
     if missing and not missing_ok:
         raise KeyNotFoundError(
             f"{len(missing)} of {len(unique)} keys to delete are not in the store: {describe(missing)}"
@@ -134,12 +136,6 @@ def plan_delete(keys: Sequence[Any], parent: pa.Table, cache: ChunkCache, missin
     dirty = set(found.column("chunk").to_pylist())
     empty = Batch([], np.empty(0, np.uint64), [], [], [])
     return _with_moved(empty, np.empty(0, np.int8), parent, cache, dirty, present, Removal(), deleted)
-
-
-def _fits(key: Any, key_type: pa.DataType) -> bool:
-    if pa.types.is_string(key_type):
-        return isinstance(key, str)
-    return isinstance(key, int) and not isinstance(key, bool) and -(2**63) <= key < 2**63
 
 
 def _select(batch: Batch, keep: np.ndarray) -> Batch:

@@ -30,6 +30,16 @@ def key_bytes(key: str | int) -> bytes:
     return key.to_bytes(8, "little", signed=True)
 
 
+def is_key(key: object, key_type: str) -> bool:
+    """Whether ``key`` can be a key of a store whose keys are ``key_type`` (``"str"``/``"int"``).
+
+    Int keys are int64 (bools are not keys); anything else can never be in the store.
+    """
+    if key_type == "str":
+        return isinstance(key, str)
+    return isinstance(key, int) and not isinstance(key, bool) and -(2**63) <= key < 2**63
+
+
 def key_hash(key: str | int) -> int:
     return xxhash.xxh3_64_intdigest(key_bytes(key))
 

@@ -155,7 +155,9 @@ class Snapshot:
         if self._config.key_type == "str":  # the common case, without a method call per key
             valid = np.fromiter((isinstance(key, str) for key in keys), dtype=bool, count=len(keys))
         else:
-            valid = np.fromiter((self._valid_key(key) for key in keys), dtype=bool, count=len(keys))
+            valid = np.fromiter(
+                (hashing.is_key(key, self._config.key_type) for key in keys), dtype=bool, count=len(keys)
+            )
         if valid.all():
             hashes = hashing.key_hashes(keys)
         else:
@@ -383,18 +385,13 @@ class Snapshot:
     def _tag_names(self) -> list[str]:
         return [name.removesuffix(".json") for name in self._storage.names(layout.TAGS) if name.endswith(".json")]
 
-    def _valid_key(self, key: object) -> bool:
-        if self._config.key_type == "str":
-            return isinstance(key, str)
-        return isinstance(key, int) and not isinstance(key, bool) and -(2**63) <= key < 2**63
-
     def _key_index(self) -> KeyIndex:
         if self._index is None:
             self._index = KeyIndex.from_manifest(self.manifest())
         return self._index
 
     def _find(self, key: Key) -> Record | None:
-        if not self._valid_key(key):
+        if not hashing.is_key(key, self._config.key_type):
             return None
         index = self._key_index()
         key_field = self._config.key
@@ -427,15 +424,6 @@ def read_version(storage: Storage, number: int) -> Version:
         expired = ExpiredVersion.model_validate_json(data)
         raise VersionNotFoundError(f"version {number} was expired by gc at {expired.expired_at:%Y-%m-%d %H:%M} UTC")
     return Version.model_validate_json(data)
-
-
-def is_expired(storage: Storage, number: int) -> bool:
-    """Whether version ``number`` was expired by gc."""
-    try:
-        read_version(storage, number)
-    except VersionNotFoundError:
-        return True
-    return False
 
 
 def read_chunks(storage: Storage, version: Version) -> dict[str, list[ChunkInfo]]:

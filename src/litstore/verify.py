@@ -173,7 +173,7 @@ def verify(
     """Check ``version`` (manifest ``listed``, ``chunks``) against the stored data."""
     key_type = listed.schema.field("key").type
     columns, missing_chunks, damaged_chunks = _stored_rows(storage, config.key, chunks, progress)
-    key_values = [key if _has_type(key, config.key_type) else None for key in columns["key"]]
+    key_values = [key if hashing.is_key(key, config.key_type) else None for key in columns["key"]]
     stored = pa.table(
         {
             "chunk": pa.array(columns["chunk"], pa.string()),
@@ -199,8 +199,10 @@ def verify(
     unexpected_keys: list[Any] = []
     if expected_keys is not None:
         expected = list(expected_keys)
-        wrong_type = [key for key in expected if not _has_type(key, config.key_type)]
-        expected_table = pa.table({"key": pa.array([k for k in expected if _has_type(k, config.key_type)], key_type)})
+        wrong_type = [key for key in expected if not hashing.is_key(key, config.key_type)]
+        expected_table = pa.table(
+            {"key": pa.array([k for k in expected if hashing.is_key(k, config.key_type)], key_type)}
+        )
         missing_keys = wrong_type + manifest.keys_not_in(expected_table, listed)
         unexpected_keys = manifest.keys_not_in(listed, expected_table)
     found_counts: dict[str, int] = {}
@@ -228,9 +230,3 @@ def verify(
         manifest_fingerprint=_fingerprint(listed_keys, listed.column("content_hash").to_pylist()),
         data_fingerprint=_fingerprint(columns["key"], columns["content_hash"]),
     )
-
-
-def _has_type(key: Any, key_type: str) -> bool:
-    if key_type == "str":
-        return isinstance(key, str)
-    return isinstance(key, int) and not isinstance(key, bool) and -(2**63) <= key < 2**63
