@@ -60,8 +60,8 @@ from litdata import StreamingDataLoader, StreamingDataset
 
 import litstore
 from _common import workdir
-from litstore import codec
-from litstore.diff import Diff
+from litstore import Diff
+from litstore.format import codec
 
 SEED = 20240601
 SPLIT = "train"  # splits=None gives one split, "train"

@@ -5,7 +5,7 @@ kills itself with SIGKILL at a chosen step:
 
 - at the N-th *mutating* storage call (``staging``, ``write``, ``put_if_absent``,
   ``delete``, ``delete_tree``), just before or just after performing it. The
-  counting happens in :class:`KillingStorage`, a proxy for ``store._storage`` that
+  counting happens in :class:`KillingStorage`, a proxy for ``store.storage`` that
   forwards every method of the ``Storage`` protocol;
 - at the N-th chunk file litdata writes (``_FragmentWriter.write_chunk_to_file``):
   before it, after it, or half-way through (a torn chunk file).
@@ -38,7 +38,7 @@ from typing import Any
 import pytest
 
 import litstore
-from litstore import _litdata
+from litstore._litdata import writer as litdata_writer
 from litstore.storage import Storage
 
 pytestmark = pytest.mark.integration
@@ -113,7 +113,7 @@ class KillingStorage:
 @contextmanager
 def counting_chunk_writes(kill_at: int | None = None, when: str = "before") -> Iterator[list[str]]:
     """Count (and maybe die at) litdata's chunk file writes in this process."""
-    original = _litdata._FragmentWriter.write_chunk_to_file
+    original = litdata_writer._FragmentWriter.write_chunk_to_file
     written: list[str] = []
 
     def write_chunk_to_file(self: Any, raw_data: bytes, filename: str, compress: bool | None = None) -> None:
@@ -130,11 +130,11 @@ def counting_chunk_writes(kill_at: int | None = None, when: str = "before") -> I
         if len(written) == kill_at and when == "after":
             os.kill(os.getpid(), signal.SIGKILL)
 
-    _litdata._FragmentWriter.write_chunk_to_file = write_chunk_to_file  # type: ignore[method-assign]
+    litdata_writer._FragmentWriter.write_chunk_to_file = write_chunk_to_file  # type: ignore[method-assign]
     try:
         yield written
     finally:
-        _litdata._FragmentWriter.write_chunk_to_file = original  # type: ignore[method-assign]
+        litdata_writer._FragmentWriter.write_chunk_to_file = original  # type: ignore[method-assign]
 
 
 # -- the store and the writes --------------------------------------------------------
@@ -163,7 +163,8 @@ def _write(store: litstore.Store, operation: str, wrap: Callable[[Storage], Stor
     if operation == "append-after-rival":
         litstore.open(store.root).append(RIVAL)  # commits version 2; ``store`` does not know yet
     if wrap is not None:
-        store._storage = wrap(store._storage)
+        head = store.head()
+        store = litstore.Store(litstore.Snapshot(wrap(head.storage), head.config, head.version, head.model))
     if operation in ("append", "append-after-rival"):
         store.append(APPENDED)
     elif operation == "upsert":
@@ -305,7 +306,7 @@ def _check_recovered(root: str, point: KillPoint) -> None:
 
     # gc with no grace removes every file of the dead writer, and nothing a version needs.
     reopened.gc(grace=timedelta(0))
-    stored = {path for path, _, _ in reopened._storage.walk("fragments")}
+    stored = {path for path, _, _ in reopened.storage.walk("fragments")}
     listed = {
         chunk.filename
         for number in range(1, expected_number + 2)
@@ -349,7 +350,7 @@ def test_killed_writer_debris_is_never_part_of_a_version(
     """A kill just before the commit leaves staged files behind; no version lists them."""
     root = _copy(base, tmp_path / "store")
     store = litstore.open(root)
-    before = {path for path, _, _ in store._storage.walk("fragments")}
+    before = {path for path, _, _ in store.storage.walk("fragments")}
     # The last mutating call of an append is the commit record: die just before it.
     calls, _ = _steps(base, tmp_path, "append")
     child = forkserver.Process(  # type: ignore[attr-defined]
@@ -359,7 +360,7 @@ def test_killed_writer_debris_is_never_part_of_a_version(
     child.join(timeout=120)
     assert child.exitcode == -signal.SIGKILL
 
-    debris = {path for path, _, _ in store._storage.walk("fragments")} - before
+    debris = {path for path, _, _ in store.storage.walk("fragments")} - before
     assert debris, "the killed writer staged no chunks"
     store = litstore.open(root)
     assert store.version.number == 1
@@ -369,5 +370,5 @@ def test_killed_writer_debris_is_never_part_of_a_version(
     assert not set(report.removed_files) & debris
     report = store.gc(grace=timedelta(0))
     assert debris <= set(report.removed_files)
-    assert not debris & {path for path, _, _ in store._storage.walk("fragments")}
+    assert not debris & {path for path, _, _ in store.storage.walk("fragments")}
     assert store.verify(expected_keys=BASE).ok

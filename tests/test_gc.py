@@ -27,10 +27,7 @@ from typing import Any
 import pytest
 
 import litstore
-from litstore import layout
-from litstore.changes import plan_append
-from litstore.records import prepare
-from litstore.writer import Staged, publish, stage
+from litstore.format import layout
 from tests.conftest import tree_state
 
 SPLITS = litstore.HashSplit(train=0.8, val=0.2)
@@ -120,7 +117,7 @@ def test_gc_keep_last_keeps_last_tagged_and_latest(history: History) -> None:
     store = litstore.open(root)
     assert store.version.number == 6
     assert [version.number for version in store.versions()] == [2, 5, 6]
-    assert store.tags() == {"golden": 2}
+    assert dict(store.tags) == {"golden": 2}
     for number in (0, 1, 3, 4):
         with pytest.raises(litstore.VersionNotFoundError):
             store.at(number)
@@ -191,11 +188,9 @@ def test_dry_run_removes_nothing_and_reports_what_gc_removes(history: History) -
 # -- debris and the grace period -----------------------------------------------------
 
 
-def _stage(store: litstore.Store, first: int, count: int) -> tuple[Any, Staged]:
-    """Stage an append as a writer would, without publishing it: (change, staged)."""
-    batch = prepare([_record(i) for i in range(first, first + count)], store.config)
-    change = plan_append(batch)
-    return change, stage(store._storage, store.config, change)
+def _stage(store: litstore.Store, first: int, count: int) -> tuple[None, litstore.StagedFragment]:
+    """Stage an append as a writer would, without committing it."""
+    return None, store.stage([_record(i) for i in range(first, first + count)])
 
 
 def _age(root: Path, paths: list[str], when: float = TWO_HOURS_AGO) -> None:
@@ -203,7 +198,7 @@ def _age(root: Path, paths: list[str], when: float = TWO_HOURS_AGO) -> None:
         os.utime(root / path, (when, when))
 
 
-def _stale_debris(store: litstore.Store) -> tuple[Staged, list[str]]:
+def _stale_debris(store: litstore.Store) -> tuple[litstore.StagedFragment, list[str]]:
     """A writer that died long ago: a staged fragment and the files of a failed publish, 2 hours old."""
     root = Path(store.root)
     _, staged = _stage(store, 700, 30)
@@ -248,7 +243,7 @@ def test_debris_is_removed_only_after_the_grace_period(history: History) -> None
 
 def test_a_live_writers_staged_fragment_survives_gc_and_commits(history: History) -> None:
     store, root = history.store, history.root
-    change, staged = _stage(store, 900, 25)  # a writer that is still working: fresh files
+    _, staged = _stage(store, 900, 25)  # a writer that is still working: fresh files
     staged_files = [path for path in _sizes(root) if path.startswith(layout.fragment(staged.transaction) + "/")]
 
     report = store.gc(keep_last=1)  # the most aggressive expiry there is, default grace
@@ -257,9 +252,7 @@ def test_a_live_writers_staged_fragment_survives_gc_and_commits(history: History
 
     # The writer now publishes on top of the latest version, which gc kept.
     latest = litstore.open(root)
-    version, _ = publish(
-        latest._storage, latest.config, latest.version, latest.chunks(), change, staged, "append", latest.manifest
-    )
+    version = latest.commit([staged])
     reopened = litstore.open(root)
     assert reopened.version.number == version.number == 7
     expected = {**history.contents[6], **{f"k{i:03d}": _record(i) for i in range(900, 925)}}

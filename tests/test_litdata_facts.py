@@ -24,9 +24,13 @@ from litdata import StreamingDataset
 from litdata.streaming.writer import BinaryWriter
 
 import litstore
-from litstore import _litdata, codec, layout
-from litstore.chunks import ChunkCache
-from litstore.storage import LocalStorage
+from litstore import _litdata
+from litstore._litdata import chunk as chunk_layout
+from litstore._litdata import index as litdata_index
+from litstore._litdata import writer as litdata_writer
+from litstore.format import codec, layout
+from litstore.read.chunks import ChunkCache
+from litstore.storage.local import LocalStorage
 from tests.conftest import tree_state
 
 PINNED = "0.2.76"
@@ -128,7 +132,7 @@ def test_streaming_dataset_reads_litstore_chunks(filled_store: litstore.Store, t
 @pytest.mark.parametrize("chunk_bytes", [512, 4096, 64 * 1024 * 1024])
 def test_index_config_is_litdata_config_for_bytes_items(tmp_path: Path, chunk_bytes: int) -> None:
     document = _write_with_litdata(tmp_path, _payloads(60), chunk_bytes)
-    assert document["config"] == _litdata.index_config(chunk_bytes)
+    assert document["config"] == litdata_index.index_config(chunk_bytes)
     if chunk_bytes == 512:
         assert len(document["chunks"]) > 3
 
@@ -138,10 +142,10 @@ def test_index_document_is_litdata_index_less_updated_at(tmp_path: Path, chunk_b
     document = _write_with_litdata(tmp_path, _payloads(60), chunk_bytes)
     assert "updated_at" in document
     del document["updated_at"]
-    chunks = [_litdata.ChunkInfo.from_index_entry(entry) for entry in document["chunks"]]
-    ours = json.loads(_litdata.index_document(chunks, chunk_bytes))
+    chunks = [litdata_index.ChunkInfo.from_index_entry(entry) for entry in document["chunks"]]
+    ours = json.loads(litdata_index.index_document(chunks, chunk_bytes))
     assert ours == document
-    assert _litdata.parse_index_document(_litdata.index_document(chunks, chunk_bytes), "index.json") == chunks
+    assert litdata_index.parse_index_document(litdata_index.index_document(chunks, chunk_bytes), "index.json") == chunks
 
 
 def test_litstore_writer_writes_what_binary_writer_writes(tmp_path: Path) -> None:
@@ -149,7 +153,9 @@ def test_litstore_writer_writes_what_binary_writer_writes(tmp_path: Path) -> Non
     payloads = _payloads(80)
     plain, ours = tmp_path / "litdata", tmp_path / "litstore"
     document = _write_with_litdata(plain, payloads, 1024)
-    written = _litdata.write_chunks(str(ours), "frag", "fragments/frag", payloads, first_chunk=0, chunk_bytes=1024)
+    written = litdata_writer.write_chunks(
+        str(ours), "frag", "fragments/frag", payloads, first_chunk=0, chunk_bytes=1024
+    )
     assert len(written) == len(document["chunks"]) > 3
     for info, entry in zip(written, document["chunks"], strict=True):
         assert info.filename == f"fragments/frag/chunk-frag-{entry['filename'].removeprefix('chunk-0-')}"
@@ -169,14 +175,14 @@ def test_chunk_layout_parsed_by_litstore_holds_the_items(tmp_path: Path) -> None
     for entry in document["chunks"]:
         data = (tmp_path / entry["filename"]).read_bytes()
         assert len(data) == entry["chunk_bytes"]
-        offsets = _litdata.item_offsets(data, entry["filename"])
+        offsets = chunk_layout.item_offsets(data, entry["filename"])
         count = entry["chunk_size"]
         assert len(offsets) == count + 1
         assert int.from_bytes(data[:4], "little") == count
         assert offsets[0] == 4 * (count + 2) and offsets[-1] == len(data)
         for row in range(count):
-            assert _litdata.item_size_matches(data, offsets, row)
-            found.append(bytes(_litdata.item_payload(data, offsets, row)))
+            assert chunk_layout.item_size_matches(data, offsets, row)
+            found.append(bytes(chunk_layout.item_payload(data, offsets, row)))
     assert found == payloads  # in order, across chunks
 
     dataset = StreamingDataset(input_dir=str(tmp_path))
@@ -191,10 +197,10 @@ def test_chunk_layout_with_store_records(filled_store: litstore.Store) -> None:
     for chunks in filled_store.chunks().values():
         for chunk in chunks:
             data = (root / chunk.filename).read_bytes()
-            offsets = _litdata.item_offsets(data, chunk.filename)
+            offsets = chunk_layout.item_offsets(data, chunk.filename)
             assert len(offsets) - 1 == chunk.num_items
             for row in range(chunk.num_items):
-                record = codec.decode(_litdata.item_payload(data, offsets, row))
+                record = codec.decode(chunk_layout.item_payload(data, offsets, row))
                 assert record["id"] == locations[(chunk.filename, row)]
                 assert record == filled_store[record["id"]]
                 seen += 1

@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 import litstore
-from litstore import codec, hashing
+from litstore.format import codec, hashing
 from tests.strategies import (
     KEY_FIELD,
     array_shapes,

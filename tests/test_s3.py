@@ -28,7 +28,7 @@ import pytest
 from litdata import StreamingDataLoader
 
 import litstore
-from litstore import layout
+from litstore.format import layout
 
 pytest_plugins = ["tests.s3_server"]
 
@@ -148,7 +148,7 @@ def test_tags_on_s3(history: History) -> None:
     store.tag("first", 1)
     store.tag("latest")
     reopened = litstore.open(history.url, storage_options=history.options)
-    assert reopened.tags() == {"first": 1, "latest": 3}
+    assert dict(reopened.tags) == {"first": 1, "latest": 3}
     _reads_exactly(reopened.at("first"), history.expected[1])
     with pytest.raises(litstore.TagError):
         reopened.tag("first", 2)
@@ -263,7 +263,7 @@ def test_remote_lookups_read_only_the_bytes_they_need(s3_endpoint: str, s3_bucke
     assert chunk.num_bytes > 16 * (HEADER_GUESS + item_size)
 
     for reader in (store, litstore.open(url, storage_options=_options(s3_endpoint))):
-        storage = reader._storage
+        storage = reader.storage
         assert reader.lookup_index_bytes > 0  # builds the key index: manifest reads are not lookups
         start = storage.bytes_read
         assert reader["r1234"] == records[1234]
@@ -286,10 +286,10 @@ def test_remote_lookups_read_only_the_bytes_they_need(s3_endpoint: str, s3_bucke
 
     snapshot = litstore.open(url, storage_options=_options(s3_endpoint)).at(1)
     snapshot.lookup_index_bytes  # noqa: B018 - builds the index
-    start = snapshot._storage.bytes_read
+    start = snapshot.storage.bytes_read
     snapshot["r0000"]
     snapshot["r1999"]
-    assert snapshot._storage.bytes_read - start <= HEADER_GUESS + 2 * item_size + 256
+    assert snapshot.storage.bytes_read - start <= HEADER_GUESS + 2 * item_size + 256
 
 
 # -- other processes ---------------------------------------------------------------

@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 import litstore
-from litstore import codec, hashing
+from litstore.format import codec, hashing
 
 Record = dict[str, Any]
 Model = dict[str, Record]
@@ -238,7 +238,7 @@ class StoreMachine(RuleBasedStateMachine):
         made = self.store.tag(name) if number is None else self.store.tag(name, number)
         assert (made.name, made.version) == (name, target)
         self.tags[name] = target
-        assert self.store.tags() == self.tags
+        assert dict(self.store.tags) == self.tags
         check_reads(self.store.at(name), self.versions[target], target)
 
     @precondition(lambda self: self.tags)
@@ -253,7 +253,7 @@ class StoreMachine(RuleBasedStateMachine):
         else:
             assert self.store.tag(name, number, move=move).version == number
             self.tags[name] = number
-        assert self.store.tags() == self.tags
+        assert dict(self.store.tags) == self.tags
         assert self.store.at(name).version.number == self.tags[name]
 
     @precondition(lambda self: self.tags)
@@ -262,7 +262,7 @@ class StoreMachine(RuleBasedStateMachine):
         name = data.draw(st.sampled_from(sorted(self.tags)), label="tag")
         number = self.tags.pop(name)
         self.store.delete_tag(name)
-        assert self.store.tags() == self.tags
+        assert dict(self.store.tags) == self.tags
         with pytest.raises(litstore.VersionNotFoundError):
             self.store.at(name)
         check_reads(self.store.at(number), self.versions[number], number)  # the version stays

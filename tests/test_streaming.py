@@ -36,7 +36,8 @@ import torch.multiprocessing as mp
 from litdata import StreamingDataLoader
 
 import litstore
-from litstore.streaming import StreamStateError, VersionDataset
+from litstore import StreamStateError
+from litstore.streaming import VersionDataset
 from tests.conftest import tree_state
 
 SPLITS = litstore.HashSplit(train=0.8, val=0.1, test=0.1)

@@ -19,9 +19,10 @@ import pyarrow.parquet as pq
 import pytest
 
 import litstore
-from litstore import _litdata, codec, layout
-from litstore.snapshot import compose_manifest
-from litstore.verify import VerifyReport
+from litstore import VerifyReport
+from litstore._litdata import chunk as chunk_layout
+from litstore.format import codec, layout
+from litstore.txn.log import compose_manifest
 
 SPLITS = litstore.HashSplit(train=0.6, val=0.2, test=0.2)
 BATCHES = ("a", "b", "c")  # one append (version 1, 2, 3) each
@@ -81,7 +82,7 @@ def _index_path(root: Path, split: str, version: int = LATEST) -> str:
 def _rows(root: Path, version: int = LATEST) -> list[dict[str, Any]]:
     """The manifest as composed from the files now on disk (not the process's cache of it)."""
     store = litstore.open(root)
-    return compose_manifest(store._storage, store.config, version).to_pylist()
+    return compose_manifest(store.storage, store.config, version).to_pylist()
 
 
 def _pick(root: Path, prefix: str = "c") -> dict[str, Any]:
@@ -127,7 +128,7 @@ def _flip(path: Path, position: int) -> None:
 def _payload_span(root: Path, chunk: str, row: int) -> tuple[int, int]:
     """Absolute ``[start, end)`` of item ``row``'s payload in ``chunk`` (after its 4-byte size)."""
     data = (root / chunk).read_bytes()
-    offsets = _litdata.item_offsets(data, chunk)
+    offsets = chunk_layout.item_offsets(data, chunk)
     return int(offsets[row]) + 4, int(offsets[row + 1])
 
 
@@ -313,7 +314,7 @@ def test_flipped_chunk_header_byte_is_a_damaged_chunk(root: Path, position: Call
     chunk = _chunk_of(root)
     keys = _chunk_keys(root, chunk)
     data = (root / chunk).read_bytes()
-    count = len(_litdata.item_offsets(data, chunk)) - 1
+    count = len(chunk_layout.item_offsets(data, chunk)) - 1
     assert count == len(keys) > 3
     _flip(root / chunk, position(count))
 
@@ -496,13 +497,23 @@ def test_altered_manifest_split_is_reported(root: Path) -> None:
 def test_altered_manifest_chunk_is_reported(root: Path) -> None:
     target = _pick(root)
     key, chunk, row = target["key"], target["chunk"], target["row"]
-    elsewhere = chunk.replace(".bin", "-gone.bin")
+    elsewhere = chunk.rsplit("-", 1)[0] + "-987654.bin"  # a chunk name of the layout, but no such chunk
     _rewrite_delta(root, LATEST, _edit_row(key, chunk=elsewhere))
 
     report = _verify(root)
     assert report.missing_records == [(key, elsewhere, row)]
     assert report.unlisted_records == [(key, chunk, row)]
     _assert_failed(report, repr(key), elsewhere, chunk)
+
+
+@pytest.mark.parametrize("outside", ["/etc/passwd", "../outside.bin", "fragments/../../x.bin", "litstore.json"])
+def test_manifest_naming_a_file_outside_the_layout_is_refused(root: Path, outside: str) -> None:
+    target = _pick(root)
+    _rewrite_delta(root, LATEST, _edit_row(target["key"], chunk=outside))
+    with pytest.raises(litstore.IntegrityError, match="is not a chunk path"):
+        litstore.open(root)[target["key"]]
+    with pytest.raises(litstore.IntegrityError, match="is not a chunk path"):
+        _verify(root)
 
 
 def test_altered_manifest_key_hash_is_reported(root: Path) -> None:

@@ -36,7 +36,7 @@ def test_tag_never_moves_silently(history: litstore.Store) -> None:
     assert history.tag("release-1", 1).version == 1  # same version: fine
     with pytest.raises(litstore.TagError, match="move=True"):
         history.tag("release-1", 2)
-    assert history.tags() == {"release-1": 1}
+    assert dict(history.tags) == {"release-1": 1}
     history.tag("release-1", 2, move=True)
     assert history.at("release-1").version.number == 2
     history.delete_tag("release-1")

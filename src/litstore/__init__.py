@@ -7,30 +7,36 @@
 0
 """
 
-from litstore.diff import Diff
 from litstore.errors import (
     ConflictError,
     DuplicateKeyError,
     IntegrityError,
+    InvalidArgumentError,
     InvalidRecordError,
     KeyFieldError,
     KeyNotFoundError,
     LitstoreError,
+    MissingFileError,
     QueryError,
     SchemaError,
     SplitError,
     StorageError,
     StoreExistsError,
     StoreNotFoundError,
+    StreamStateError,
     TagError,
+    UnsafePathError,
+    UnsupportedValueError,
     VerificationError,
     VersionNotFoundError,
 )
-from litstore.gc import GCReport
-from litstore.models import FieldSplit, HashSplit, StoreConfig, Tag, Version
+from litstore.format.models import FieldSplit, HashSplit, StoreConfig, Tag, Version
+from litstore.ops.diff import Diff
+from litstore.ops.gc import GCReport
+from litstore.ops.verify import VerifyReport
 from litstore.snapshot import Snapshot
-from litstore.store import Store, open  # noqa: A004  (litstore.open is the API)
-from litstore.verify import VerifyReport
+from litstore.store import Store, Tags, open  # noqa: A004  (litstore.open is the API)
+from litstore.txn import StagedFragment
 
 __version__ = "0.1.0"
 
@@ -42,21 +48,28 @@ __all__ = [
     "GCReport",
     "HashSplit",
     "IntegrityError",
+    "InvalidArgumentError",
     "InvalidRecordError",
     "KeyFieldError",
     "KeyNotFoundError",
     "LitstoreError",
+    "MissingFileError",
     "QueryError",
     "SchemaError",
     "Snapshot",
     "SplitError",
+    "StagedFragment",
     "StorageError",
     "Store",
     "StoreConfig",
     "StoreExistsError",
     "StoreNotFoundError",
+    "StreamStateError",
     "Tag",
     "TagError",
+    "Tags",
+    "UnsafePathError",
+    "UnsupportedValueError",
     "VerificationError",
     "VerifyReport",
     "Version",

@@ -8,17 +8,22 @@ built-in type, the error also derives from it, so ``except KeyError`` keeps work
     │   ├── KeyFieldError                    key field missing, None, or of the wrong type
     │   ├── DuplicateKeyError                a key twice in one batch, or already in the store
     │   ├── SchemaError                      a record does not fit the store's schema
+    │   │   └── UnsupportedValueError        a value of a type litstore cannot store
     │   └── SplitError                       a record names a split the rule does not know
+    ├── InvalidArgumentError (ValueError)    a public call got an argument it cannot use
     ├── KeyNotFoundError (KeyError)          ``store[key]`` for a key that is not there
     ├── VersionNotFoundError (LookupError)   ``store.at(n)`` for a version or tag that does not exist
     ├── TagError (ValueError)                an invalid tag name, or a tag that would silently move
     ├── StoreExistsError (FileExistsError)   ``Store.create`` on a root that holds a store
     ├── StoreNotFoundError (FileNotFoundError)  ``litstore.open`` on a root without one
     ├── QueryError (ValueError)              ``store.sql`` was given a query DuckDB rejects
+    ├── StreamStateError (ValueError)        a loader state saved on another version or subset
     ├── ConflictError                        another writer committed the same version first
     ├── IntegrityError                       data does not match what was committed
     │   └── VerificationError                raised by ``VerifyReport.raise_if_failed()``
     └── StorageError (OSError)               the storage backend failed
+        ├── MissingFileError (FileNotFoundError)  a file the store needs is not there
+        └── UnsafePathError                  a path that would leave the store root, or not a regular file
 
 Batch errors carry the offending positions and keys in ``.culprits`` and name the
 first few of them (and how many there are) in the message.
@@ -69,8 +74,21 @@ class SchemaError(InvalidRecordError):
     """A record does not fit the store's declared schema or holds an unsupported value."""
 
 
+class UnsupportedValueError(SchemaError):
+    """A value in a record has a type litstore cannot store; ``path`` says where in the record."""
+
+    def __init__(self, path: str, value: Any, why: str = "") -> None:
+        reason = why or f"values of type {type(value).__name__} cannot be stored"
+        super().__init__(f"{path or 'record'}: {reason}")
+        self.path = path
+
+
 class SplitError(InvalidRecordError):
     """A record names a split that the store's split rule does not know."""
+
+
+class InvalidArgumentError(LitstoreError, ValueError):
+    """A public call got an argument it cannot use (a version of the wrong type, ``keep_last=0``, ...)."""
 
 
 class KeyNotFoundError(LitstoreError, KeyError):
@@ -101,6 +119,10 @@ class QueryError(LitstoreError, ValueError):
     """DuckDB rejected a query given to ``store.sql``."""
 
 
+class StreamStateError(LitstoreError, ValueError):
+    """A loader state saved while streaming one version, split or subset was loaded into another."""
+
+
 class ConflictError(LitstoreError):
     """Another writer committed the version this write meant to create."""
 
@@ -119,3 +141,11 @@ class VerificationError(IntegrityError):
 
 class StorageError(LitstoreError, OSError):
     """The storage backend failed to read or write."""
+
+
+class MissingFileError(StorageError, FileNotFoundError):
+    """A file the store needs does not exist."""
+
+
+class UnsafePathError(StorageError):
+    """A path is not a plain relative path inside the store root, leads out of it, or is not a regular file."""

@@ -1,45 +1,40 @@
-"""Writing: :class:`Store`, a :class:`~litstore.snapshot.Snapshot` of the latest version that writes.
+"""Writing: :class:`Store`, a handle on a store that reads its head and commits new versions.
 
-Each write commits a new version and moves the store to it (see
-:mod:`litstore.writer` for the commit protocol). A ``Store`` sees its own writes;
-versions committed by other writers become visible after :meth:`Store.refresh` or
-when a store is opened. A ``Store`` object is not thread-safe; give each thread or
-process its own.
+A ``Store`` holds the :class:`~litstore.snapshot.Snapshot` of the latest version it
+knows (:meth:`Store.head`); every read on the store goes to that snapshot, and every
+write commits a new version through :mod:`litstore.txn` and moves the handle to it.
+Snapshots never change, so one taken before a write still reads the old version.
+A ``Store`` sees its own writes; versions committed by other writers become visible
+after :meth:`Store.refresh` or when a store is opened. A ``Store`` object is not
+thread-safe; give each thread or process its own.
 """
 
 from __future__ import annotations
 
 import os
-import random
-import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
-from importlib import import_module
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-import numpy as np
+import pyarrow as pa
 import pydantic
 from pydantic.errors import PydanticUserError
 
-from litstore import hashing, layout, manifest
-from litstore._litdata import ChunkInfo
-from litstore.changes import Change, plan_append, plan_delete, plan_upsert
+from litstore import txn
+from litstore._litdata.index import ChunkInfo
 from litstore.errors import (
-    ConflictError,
-    DuplicateKeyError,
+    InvalidArgumentError,
+    MissingFileError,
     SchemaError,
     StoreExistsError,
     StoreNotFoundError,
     TagError,
     VersionNotFoundError,
-    describe,
 )
-from litstore.gc import DEFAULT_GRACE, GCReport, choose_kept, collect
-from litstore.keyindex import KeyIndex
-from litstore.models import (
+from litstore.format import hashing, layout
+from litstore.format.models import (
     FieldSplit,
     HashSplit,
-    Operation,
     SchemaRef,
     SplitRule,
     StoreConfig,
@@ -47,27 +42,106 @@ from litstore.models import (
     Version,
     check_tag_name,
 )
-from litstore.records import prepare
-from litstore.snapshot import Key, Snapshot, checkpoint_of, compose_manifest, read_version
-from litstore.storage import open_storage
-from litstore.writer import discard, publish, stage
+from litstore.snapshot import Key, Record, Snapshot, VersionRef
+from litstore.storage import Storage, open_storage
+from litstore.txn import log
 
-_MAX_COMMIT_ATTEMPTS = 200
+if TYPE_CHECKING:
+    from litstore.ops.diff import Diff
+    from litstore.ops.gc import GCReport
+    from litstore.ops.verify import VerifyReport
+    from litstore.streaming import VersionDataset
+
+Root = str | os.PathLike[str]
 
 #: An empty fingerprint (the sum over no records).
 _EMPTY_FINGERPRINT = hashing.fingerprint_hex(0)
 
 
-class Store(Snapshot):
+class Tags(Mapping[str, int]):
+    """The store's tags: a read-only mapping of name to version number, plus ways to change it.
+
+    ``store.tags["release-1"]``, ``dict(store.tags)``, ``store.tags.create(...)``,
+    ``store.tags.delete(...)``. A tag never moves silently.
+    """
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+
+    def __getitem__(self, name: str) -> int:
+        try:
+            return log.read_tag(self._store.storage, name).version
+        except VersionNotFoundError as exc:
+            raise KeyError(name) from exc
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(sorted(log.tag_names(self._store.storage)))
+
+    def __len__(self) -> int:
+        return len(log.tag_names(self._store.storage))
+
+    def __repr__(self) -> str:
+        return f"Tags({dict(self)!r})"
+
+    def create(self, name: str, version: VersionRef | None = None, *, move: bool = False) -> Tag:
+        """Name ``version`` (default: the latest) ``name``; ``store.at(name)`` then reads it.
+
+        Tagging an existing name with another version raises unless ``move=True``.
+
+        Raises:
+            TagError: the name is invalid, or it names another version and ``move`` is false.
+            VersionNotFoundError: no such version.
+        """
+        try:
+            check_tag_name(name)
+        except ValueError as exc:
+            raise TagError(str(exc)) from exc
+        storage = self._store.storage
+        number = self._store.head().version.number if version is None else self._store.head().resolve(version)
+        tag = Tag(name=name, version=number, created_at=datetime.now(UTC))
+        data = tag.model_dump_json(indent=1).encode()
+        if storage.put_if_absent(layout.tag(name), data):
+            return tag
+        current = log.read_tag(storage, name)
+        if current.version == number:
+            return current
+        if not move:
+            raise TagError(
+                f"tag {name!r} already names version {current.version}; pass move=True to point it at {number}"
+            )
+        storage.write(layout.tag(name), data)
+        return tag
+
+    def delete(self, name: str) -> None:
+        """Remove tag ``name`` (the version it named stays).
+
+        Raises:
+            VersionNotFoundError: there is no such tag.
+        """
+        log.read_tag(self._store.storage, name)
+        self._store.storage.delete(layout.tag(name))
+
+
+class Store:
     """A keyed, versioned dataset: read its latest version, write new ones.
 
     Create one with :meth:`Store.create`, open one with :func:`litstore.open`.
     """
 
+    def __init__(self, head: Snapshot) -> None:
+        self._head = head
+
+    def __repr__(self) -> str:
+        version = self._head.version
+        counts = ", ".join(f"{split}={count}" for split, count in sorted(version.counts.items()))
+        return f"<Store {self._head.root} at version {version.number}: {len(self)} records ({counts})>"
+
+    # -- opening -----------------------------------------------------------------
+
     @classmethod
     def create(
         cls,
-        root: str | os.PathLike[str],
+        root: Root,
         key: str = "id",
         splits: SplitRule | str | None = None,
         *,
@@ -80,8 +154,8 @@ class Store(Snapshot):
         """Create an empty store (version 0) at ``root``.
 
         Args:
-            root: a local directory (created if needed) or ``s3://bucket/prefix``; it
-                must not hold a store yet.
+            root: a local directory (created if needed; it must not hold other files),
+                ``s3://bucket/prefix`` or ``memory://name``.
             key: the record field that holds each record's key.
             splits: ``HashSplit(train=0.9, val=0.1)`` to split by key hash, a field
                 name (or ``FieldSplit``) to take the split from each record, or ``None``
@@ -96,73 +170,161 @@ class Store(Snapshot):
                 client (``endpoint_url``, credentials, ...), also used for streaming.
 
         Raises:
-            StoreExistsError: ``root`` already holds a store.
+            StoreExistsError: ``root`` already holds a store, or other files.
+            InvalidArgumentError: an argument is invalid (the message says which).
         """
-        rule: SplitRule
-        if splits is None:
-            rule = HashSplit(train=1.0)
-        elif isinstance(splits, str):
-            rule = FieldSplit(field=splits)
-        else:
-            rule = splits
-        resolved_key_type = _resolve_key_type(key, key_type, schema)
-        config = StoreConfig(
-            key=key,
-            key_type=resolved_key_type,
-            splits=rule,
-            record_schema=_schema_ref(schema) if schema is not None else None,
-            chunk_bytes=chunk_bytes,
-            checkpoint_interval=checkpoint_interval,
-            created_at=datetime.now(UTC),
-        )
+        try:
+            rule: SplitRule
+            if splits is None:
+                rule = HashSplit(train=1.0)
+            elif isinstance(splits, str):
+                rule = FieldSplit(field=splits)
+            else:
+                rule = splits
+            config = StoreConfig(
+                key=key,
+                key_type=_resolve_key_type(key, key_type, schema),
+                splits=rule,
+                record_schema=_schema_ref(schema) if schema is not None else None,
+                chunk_bytes=chunk_bytes,
+                checkpoint_interval=checkpoint_interval,
+                created_at=datetime.now(UTC),
+            )
+        except pydantic.ValidationError as exc:
+            raise InvalidArgumentError(f"cannot create a store: {_first_error(exc)}") from None
         storage = open_storage(root, storage_options)
-        if storage.exists(layout.CONFIG) or layout.version_numbers(storage.names(layout.VERSIONS)):
+        if storage.exists(layout.CONFIG) or log.version_numbers(storage):
             raise StoreExistsError(f"{storage.url} already holds a store; open it with litstore.open()")
+        strangers = [name for name in storage.names("") if name not in layout.TOP_LEVEL] if _is_dir(storage) else []
+        if strangers:
+            raise StoreExistsError(
+                f"{storage.url} is not empty (it holds {', '.join(sorted(strangers)[:5])}); "
+                "create a store in an empty or new directory"
+            )
         if not storage.put_if_absent(layout.CONFIG, config.model_dump_json(indent=1).encode()):
             raise StoreExistsError(f"{storage.url} already holds a store; open it with litstore.open()")
         version = _initial_version(config)
         storage.put_if_absent(layout.version_record(0), version.model_dump_json(indent=1).encode())
-        return cls(storage, config, version, schema)
+        return cls(Snapshot(storage, config, version, schema))
 
     @classmethod
     def open(
         cls,
-        root: str | os.PathLike[str],
+        root: Root,
         *,
         schema: type[pydantic.BaseModel] | None = None,
         storage_options: dict[str, Any] | None = None,
     ) -> Store:
-        """Open the store at ``root`` (a local directory or ``s3://bucket/prefix``) at its latest version.
+        """Open the store at ``root`` at its latest version.
 
         Args:
+            schema: the store's record model, if it declares one. litstore never
+                imports code named by a store's files: reads work without the model,
+                writes need it, and it must match the schema recorded at creation.
             storage_options: for ``s3://`` roots, keyword arguments of boto3's S3 client.
-            schema: the store's record model, if it declares one and the model cannot
-                be imported by name. Reads work without it; writes need it.
 
         Raises:
             StoreNotFoundError: there is no store at ``root``.
+            SchemaError: ``schema`` does not match the store's.
+            IntegrityError: the store's metadata is damaged.
         """
         storage = open_storage(root, storage_options)
-        if not storage.exists(layout.CONFIG):
-            raise StoreNotFoundError(f"no litstore store at {storage.url} (no {layout.CONFIG})")
-        config = StoreConfig.model_validate_json(storage.read(layout.CONFIG))
-        model = _resolve_schema(config, schema)
-        numbers = layout.version_numbers(storage.names(layout.VERSIONS))
+        try:
+            config = log.read_config(storage)
+        except MissingFileError:
+            raise StoreNotFoundError(f"no litstore store at {storage.url} (no {layout.CONFIG})") from None
+        _check_schema(config, schema)
+        numbers = log.version_numbers(storage)
         if not numbers:  # a creator died between writing the config and version 0
             storage.put_if_absent(layout.version_record(0), _initial_version(config).model_dump_json().encode())
             numbers = [0]
-        return cls(storage, config, read_version(storage, numbers[-1]), model)
+        return cls(Snapshot(storage, config, log.read_version(storage, numbers[-1]), schema))
+
+    # -- the head ----------------------------------------------------------------
+
+    def head(self) -> Snapshot:
+        """The snapshot of the latest version this handle knows (see :meth:`refresh`)."""
+        return self._head
 
     def refresh(self) -> Version:
         """Move to the latest committed version, including other writers' commits."""
-        numbers = layout.version_numbers(self._storage.names(layout.VERSIONS))
-        if numbers and numbers[-1] != self._version.number:
-            self._move_to(read_version(self._storage, numbers[-1]), None)
-        return self._version
+        numbers = log.version_numbers(self.storage)
+        if numbers and numbers[-1] != self._head.version.number:
+            self._head = self._head.successor(log.read_version(self.storage, numbers[-1]), None, None)
+        return self._head.version
+
+    @property
+    def storage(self) -> Storage:
+        """The backend the store lives on."""
+        return self._head.storage
+
+    @property
+    def root(self) -> str:
+        """Where the store lives."""
+        return self._head.root
+
+    @property
+    def config(self) -> StoreConfig:
+        """The store's configuration, fixed at creation."""
+        return self._head.config
+
+    @property
+    def version(self) -> Version:
+        """The commit record of the head."""
+        return self._head.version
+
+    @property
+    def splits(self) -> tuple[str, ...]:
+        """The split names the store's rule can assign."""
+        return self._head.splits
+
+    @property
+    def tags(self) -> Tags:
+        """The store's tags (a mapping of name to version number)."""
+        return Tags(self)
 
     # -- writing -----------------------------------------------------------------
 
-    def append(self, records: Iterable[Any], *, progress: bool = False) -> Version:
+    def stage(self, records: Iterable[Any], *, progress: bool = False) -> txn.StagedFragment:
+        """Validate and write ``records`` into a new fragment, not yet part of any version.
+
+        Commit one or more staged fragments, from any process, with :meth:`commit`.
+
+        Raises:
+            KeyFieldError, DuplicateKeyError, SchemaError, SplitError: the records were
+                rejected; nothing was written.
+        """
+        self._require_model()
+        batch = txn.prepare(records, self.config, self._head.model, progress)
+        return txn.stage(self.storage, self.config, batch, progress)
+
+    def commit(
+        self,
+        fragments: Sequence[txn.StagedFragment],
+        *,
+        mode: Literal["append", "upsert"] = "append",
+        message: str | None = None,
+        metadata: dict[str, Any] | None = None,
+        progress: bool = False,
+    ) -> Version:
+        """Publish staged fragments as one new version and return it (see :func:`litstore.txn.commit`).
+
+        Raises:
+            DuplicateKeyError: a key is staged twice, or (``append``) is already in the store.
+            SplitError: (``upsert``) a replacement would move a key to another split.
+            ConflictError: another writer committed changes to the same keys first.
+        """
+        self._head = txn.commit(self._head, fragments, mode=mode, message=message, metadata=metadata, progress=progress)
+        return self._head.version
+
+    def append(
+        self,
+        records: Iterable[Any],
+        *,
+        message: str | None = None,
+        metadata: dict[str, Any] | None = None,
+        progress: bool = False,
+    ) -> Version:
         """Add new records as one new version and return it.
 
         ``records`` are dicts (or instances of the store's schema) whose keys are not
@@ -175,21 +337,20 @@ class Store(Snapshot):
             ConflictError: another writer committed first; nothing was committed.
         """
         self._require_model()
-        batch = prepare(records, self._config, self._model, progress)
+        batch = txn.prepare(records, self.config, self._head.model, progress)
         if not len(batch):
-            return self._version
-        _, found = self._key_index().first_positions(batch.key_hashes)
-        existing = [key for key, hit in zip(batch.keys, found) if hit and key in self]
-        if existing:
-            culprits = [(batch.keys.index(key), key) for key in existing]
-            raise DuplicateKeyError(
-                f"{len(existing)} keys are already in the store (append never replaces; use upsert): "
-                f"{describe(existing)}",
-                culprits,
-            )
-        return self._commit(lambda: plan_append(batch), "append", progress)
+            return self.version
+        txn.refuse_existing(self._head, batch)
+        return self._write(batch, "append", message, metadata, progress)
 
-    def upsert(self, records: Iterable[Any], *, progress: bool = False) -> Version:
+    def upsert(
+        self,
+        records: Iterable[Any],
+        *,
+        message: str | None = None,
+        metadata: dict[str, Any] | None = None,
+        progress: bool = False,
+    ) -> Version:
         """Insert new keys and replace existing ones, as one new version; return it.
 
         A record whose content is unchanged is neither rewritten nor counted; if no
@@ -202,12 +363,21 @@ class Store(Snapshot):
             ConflictError: another writer committed first; nothing was committed.
         """
         self._require_model()
-        batch = prepare(records, self._config, self._model, progress)
+        batch = txn.prepare(records, self.config, self._head.model, progress)
+        batch = txn.without_unchanged(self._head, batch)
         if not len(batch):
-            return self._version
-        return self._commit(lambda: plan_upsert(batch, self.manifest(), self._cache), "upsert", progress)
+            return self.version
+        return self._write(batch, "upsert", message, metadata, progress)
 
-    def delete(self, keys: Iterable[Key], *, missing_ok: bool = False, progress: bool = False) -> Version:
+    def delete(
+        self,
+        keys: Iterable[Key],
+        *,
+        missing_ok: bool = False,
+        message: str | None = None,
+        metadata: dict[str, Any] | None = None,
+        progress: bool = False,
+    ) -> Version:
         """Remove ``keys`` as one new version and return it.
 
         Raises:
@@ -215,48 +385,48 @@ class Store(Snapshot):
                 the error names them and the store is unchanged.
             ConflictError: another writer committed first; nothing was committed.
         """
-        keys = list(keys)
+        if isinstance(keys, (str, bytes)):
+            raise InvalidArgumentError(f"delete takes a list of keys, not one key: use delete([{keys!r}])")
+        keys = [hashing.normalize_key(key) for key in keys]  # type: ignore[misc]
         if not keys:
-            return self._version
-        return self._commit(lambda: plan_delete(keys, self.manifest(), self._cache, missing_ok), "delete", progress)
+            return self.version
+        self._head = txn.commit(
+            self._head,
+            [],
+            mode="upsert",
+            deletes=keys,
+            missing_ok=missing_ok,
+            message=message,
+            metadata=metadata,
+            progress=progress,
+        )
+        return self.version
 
-    def tag(self, name: str, version: int | Version | None = None, *, move: bool = False) -> Tag:
-        """Name ``version`` (default: the latest) ``name``; ``store.at(name)`` then reads it.
-
-        A tag never moves silently: tagging an existing name with another version
-        raises unless ``move=True``.
-
-        Raises:
-            TagError: the name is invalid, or it names another version and ``move`` is false.
-            VersionNotFoundError: no such version.
-        """
+    def _write(
+        self,
+        batch: txn.Batch,
+        mode: Literal["append", "upsert"],
+        message: str | None,
+        metadata: dict[str, Any] | None,
+        progress: bool,
+    ) -> Version:
+        staged = txn.stage(self.storage, self.config, batch, progress)
         try:
-            check_tag_name(name)
-        except ValueError as exc:
-            raise TagError(str(exc)) from exc
-        number = self._version.number if version is None else self._resolve(version)
-        tag = Tag(name=name, version=number, created_at=datetime.now(UTC))
-        data = tag.model_dump_json(indent=1).encode()
-        if self._storage.put_if_absent(layout.tag(name), data):
-            return tag
-        current = self._read_tag(name)
-        if current.version == number:
-            return current
-        if not move:
-            raise TagError(
-                f"tag {name!r} already names version {current.version}; pass move=True to point it at {number}"
+            self._head = txn.commit(
+                self._head, [staged], mode=mode, message=message, metadata=metadata, progress=progress
             )
-        self._storage.write(layout.tag(name), data)
-        return tag
+        except BaseException:
+            txn.discard(self.storage, staged)
+            raise
+        return self.version
+
+    def tag(self, name: str, version: VersionRef | None = None, *, move: bool = False) -> Tag:
+        """Name ``version`` (default: the latest) ``name``: ``store.tags.create(...)``."""
+        return self.tags.create(name, version, move=move)
 
     def delete_tag(self, name: str) -> None:
-        """Remove tag ``name`` (the version it named stays).
-
-        Raises:
-            VersionNotFoundError: there is no such tag.
-        """
-        self._read_tag(name)
-        self._storage.delete(layout.tag(name))
+        """Remove tag ``name``: ``store.tags.delete(name)``."""
+        self.tags.delete(name)
 
     def gc(
         self,
@@ -264,146 +434,115 @@ class Store(Snapshot):
         older_than: timedelta | datetime | None = None,
         *,
         dry_run: bool = False,
-        grace: timedelta = DEFAULT_GRACE,
+        grace: timedelta | None = None,
         progress: bool = False,
     ) -> GCReport:
-        """Expire old versions and delete the files no kept version references.
+        """Expire old versions and delete the files no kept version references (see :mod:`litstore.ops.gc`).
 
         Kept: the latest version, every tagged version, the last ``keep_last``
-        versions and those created after ``older_than`` (a duration or a time). With
-        neither, every version is kept and only debris of writers that never
-        committed is removed. Files younger than ``grace`` are never removed unless an
-        expired version referenced them, so a live writer never loses its files.
-        Returns what was removed (or, with ``dry_run``, what would be).
+        versions and those created after ``older_than``. With neither, every version
+        is kept and only debris of writers that never committed is removed. Files
+        younger than ``grace`` (default one hour) are never removed unless an expired
+        version referenced them, so a live writer never loses its files.
         """
+        from litstore.ops import gc
+
         self.refresh()
-        versions = self.versions()
-        kept = choose_kept(versions, self.tags().values(), keep_last, older_than)
-        manifest_names = set(self._storage.names(layout.MANIFESTS))
-
-        def write_checkpoint(version: Version) -> None:
-            assert version.transaction is not None
-            full = compose_manifest(self._storage, self._config, version.number)
-            path = layout.manifest_checkpoint(version.number, version.transaction)
-            self._storage.write(path, manifest.to_parquet(full))
-            manifest_names.add(path.removeprefix(f"{layout.MANIFESTS}/"))
-
-        return collect(
-            self._storage,
-            versions,
-            kept,
-            lambda version: checkpoint_of(version, manifest_names) is not None,
-            write_checkpoint,
-            dry_run,
-            grace,
-            progress,
-        )
-
-    # -- internals -----------------------------------------------------------------
-
-    def _commit(self, plan: Callable[[], Change], operation: Operation, progress: bool = False) -> Version:
-        """Stage the planned change once, then publish it, rebasing over other writers' commits.
-
-        When another writer commits first, the store catches up with it. If that
-        writer added, replaced or deleted any key this change touches, nothing is
-        committed and :class:`ConflictError` names the keys. If it only rewrote a chunk
-        this change also rewrites, the change is planned and staged again. Otherwise
-        the staged fragment is published on top of the new head.
-        """
-        change = plan()
-        if change.empty:
-            return self._version
-        staged = stage(self._storage, self._config, change, progress)
-        for attempt in range(_MAX_COMMIT_ATTEMPTS):
-            try:
-                version, chunks = publish(
-                    self._storage,
-                    self._config,
-                    self._version,
-                    self.chunks(),
-                    change,
-                    staged,
-                    operation,
-                    self.manifest,
-                )
-            except ConflictError:
-                try:
-                    touched, dropped = self._catch_up()
-                except ConflictError:
-                    discard(self._storage, staged)
-                    raise
-                clash = sorted(touched & change.touched_keys(), key=repr)
-                if clash:
-                    discard(self._storage, staged)
-                    raise ConflictError(
-                        f"another writer committed changes to {len(clash)} of the same keys first "
-                        f"(now at version {self._version.number}): {describe(clash)}; nothing was committed"
-                    ) from None
-                if dropped & change.dropped_chunks:
-                    discard(self._storage, staged)
-                    change = plan()
-                    if change.empty:
-                        return self._version
-                    staged = stage(self._storage, self._config, change, progress)
-                time.sleep(random.uniform(0, 0.002 * (attempt + 1)))
-                continue
-            index = self._key_index()
-            dropped_ids = [number for number, name in enumerate(index.chunks) if name in change.dropped_chunks]
-            removed = np.flatnonzero(np.isin(index.chunk_ids, np.array(dropped_ids, dtype=np.uint32)))
-            new_index = index.with_changes(removed, change.batch.key_hashes, staged.record_chunks, staged.record_rows)
-            self._move_to(version, new_index, chunks)
-            return version
-        discard(self._storage, staged)
-        raise ConflictError(f"gave up after {_MAX_COMMIT_ATTEMPTS} attempts to commit; nothing was committed")
-
-    def _catch_up(self) -> tuple[set[Any], set[str]]:
-        """Move to the latest version; return the keys and chunks the skipped commits changed."""
-        touched: set[Any] = set()
-        dropped: set[str] = set()
-        start = self._version.number
-        numbers = layout.version_numbers(self._storage.names(layout.VERSIONS))
-        for number in (n for n in numbers if n > start):
-            try:
-                version = read_version(self._storage, number)
-            except VersionNotFoundError:
-                self.refresh()
-                raise ConflictError(
-                    f"version {number}, committed while this store was at version {start}, has since been expired "
-                    "by gc, so this write cannot be checked against it; nothing was committed. "
-                    f"The store is now at version {self._version.number}: retry the write."
-                ) from None
-            if version.manifest is not None:
-                touched.update(
-                    manifest.touched_keys(manifest.from_parquet(self._storage.read(version.manifest), version.manifest))
-                )
-            dropped.update(version.dropped_chunks)
-            self._move_to(version, None)
-        return touched, dropped
+        return gc.collect(self._head, keep_last, older_than, dry_run=dry_run, grace=grace, progress=progress)
 
     def _require_model(self) -> None:
-        if self._config.record_schema is not None and self._model is None:
+        if self.config.record_schema is not None and self._head.model is None:
             raise SchemaError(
-                f"this store validates records against {self._config.record_schema.qualname}, which could not be "
-                "imported; pass it as litstore.open(root, schema=...) to write"
+                f"this store validates records against {self.config.record_schema.qualname}; "
+                "pass that model as litstore.open(root, schema=...) to write"
             )
 
-    def _move_to(
-        self, version: Version, index: KeyIndex | None, chunks: dict[str, list[ChunkInfo]] | None = None
-    ) -> None:
-        self._version = version
-        self._index = index
-        self._manifest = None
-        self._chunks = chunks
+    # -- reading: the head's snapshot ---------------------------------------------
+
+    def __len__(self) -> int:
+        return len(self._head)
+
+    def __getitem__(self, key: Key) -> Record:
+        return self._head[key]
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._head
+
+    def __iter__(self) -> Iterator[Key]:
+        return iter(self._head)
+
+    def get(self, key: Key, default: Any = None) -> Any:
+        """The record with ``key`` at the head, or ``default``."""
+        return self._head.get(key, default)
+
+    def get_many(self, keys: Sequence[Key], **options: Any) -> list[Any]:
+        """The records with ``keys`` at the head (see :meth:`Snapshot.get_many`)."""
+        return self._head.get_many(keys, **options)
+
+    def keys(self) -> list[Key]:
+        """Every key at the head."""
+        return self._head.keys()
+
+    def items(self) -> Iterator[tuple[Key, Record]]:
+        """``(key, record)`` of every record at the head, in storage order."""
+        return self._head.items()
+
+    def values(self) -> Iterator[Record]:
+        """Every record at the head, in storage order."""
+        return self._head.values()
+
+    def manifest(self) -> pa.Table:
+        """The head's manifest."""
+        return self._head.manifest()
+
+    def chunks(self) -> dict[str, list[ChunkInfo]]:
+        """The head's chunks per split."""
+        return self._head.chunks()
+
+    def sql(self, sql: str, version: VersionRef | None = None) -> pa.Table:
+        """DuckDB over the manifest of ``version`` (default: the head); see :meth:`Snapshot.sql`."""
+        return self._head.sql(sql, version)
+
+    def verify(
+        self, version: VersionRef | None = None, expected_keys: Iterable[Key] | None = None, *, progress: bool = False
+    ) -> VerifyReport:
+        """Check ``version`` (default: the head) against its data; see :meth:`Snapshot.verify`."""
+        return self._head.verify(version, expected_keys, progress=progress)
+
+    def dataset(self, version: VersionRef | None = None, split: str | None = None, **kwargs: Any) -> VersionDataset:
+        """Stream ``version`` (default: the head); see :meth:`Snapshot.dataset`."""
+        return self._head.dataset(version, split, **kwargs)
+
+    def diff(self, old: VersionRef, new: VersionRef | None = None) -> Diff:
+        """Keys added, removed and changed from ``old`` to ``new`` (default: the head)."""
+        return self._head.diff(old, new)
+
+    def at(self, version: VersionRef) -> Snapshot:
+        """A read-only snapshot of ``version``: a number, a tag name, or a ``Version``."""
+        return self._head.at(version)
+
+    def versions(self) -> list[Version]:
+        """Every committed version that is not expired, oldest first."""
+        return self._head.versions()
+
+    @property
+    def lookup_index_bytes(self) -> int:
+        """Memory taken by the head's key index."""
+        return self._head.lookup_index_bytes
 
 
 def open(  # noqa: A001
-    root: str | os.PathLike[str],
+    root: Root,
     *,
     schema: type[pydantic.BaseModel] | None = None,
     storage_options: dict[str, Any] | None = None,
 ) -> Store:
     """Open the store at ``root`` at its latest version (see :meth:`Store.open`)."""
     return Store.open(root, schema=schema, storage_options=storage_options)
+
+
+def _is_dir(storage: Storage) -> bool:
+    return storage.local_path(layout.CONFIG) is not None
 
 
 def _initial_version(config: StoreConfig) -> Version:
@@ -426,7 +565,7 @@ def _resolve_key_type(
         return "str"
     if key_type in (int, "int"):
         return "int"
-    raise ValueError(f"key_type must be str or int, got {key_type!r}")
+    raise InvalidArgumentError(f"key_type must be str or int, got {key_type!r}")
 
 
 def _schema_ref(schema: type[pydantic.BaseModel]) -> SchemaRef:
@@ -437,22 +576,20 @@ def _schema_ref(schema: type[pydantic.BaseModel]) -> SchemaRef:
     return SchemaRef(qualname=f"{schema.__module__}:{schema.__qualname__}", json_schema=json_schema)
 
 
-def _resolve_schema(config: StoreConfig, schema: type[pydantic.BaseModel] | None) -> type[pydantic.BaseModel] | None:
+def _check_schema(config: StoreConfig, schema: type[pydantic.BaseModel] | None) -> None:
+    """Refuse a ``schema`` that is not the one the store records (never import one by name)."""
     declared = config.record_schema
-    if declared is None:
-        return schema
     if schema is None:
-        module_name, _, qualname = declared.qualname.partition(":")
-        try:
-            found: Any = import_module(module_name)
-            for part in qualname.split("."):
-                found = getattr(found, part)
-        except (ImportError, AttributeError):
-            return None
-        schema = found
-    assert schema is not None
+        return
+    if declared is None:
+        raise SchemaError(f"this store declares no schema; open it without schema= (got {schema.__qualname__})")
     if _schema_ref(schema).json_schema != declared.json_schema:
         raise SchemaError(
             f"{schema.__qualname__} does not match the schema this store was created with ({declared.qualname})"
         )
-    return schema
+
+
+def _first_error(exc: pydantic.ValidationError) -> str:
+    error = exc.errors()[0]
+    where = ".".join(str(part) for part in error["loc"]) or "argument"
+    return f"{where}: {error['msg']}"

@@ -30,20 +30,47 @@ from typing import Any
 
 from litdata import StreamingDataset
 
-from litstore import _litdata, codec
-from litstore._litdata import ChunkInfo
-from litstore.errors import LitstoreError
+from litstore._litdata.downloader import allow_plain_http_s3
+from litstore._litdata.index import ChunkInfo, index_document
+from litstore.errors import LitstoreError, StreamStateError
+from litstore.format import codec, layout
+from litstore.format.models import StoreConfig, Version
+from litstore.storage import Storage
 
 _STATE_KEY = "litstore"
-
-
-class StreamStateError(LitstoreError, ValueError):
-    """A loader state saved on one version or split was loaded into a dataset of another."""
 
 
 def decode_item(item: Any) -> Any:
     """litdata transform: the stored bytes of one item -> its record."""
     return codec.decode(item)
+
+
+def open_dataset(
+    storage: Storage, config: StoreConfig, version: Version, split: str | None, chunks: list[ChunkInfo], **kwargs: Any
+) -> VersionDataset:
+    """A :class:`VersionDataset` over ``chunks`` of one version and split of the store on ``storage``."""
+    root = storage.local_path(layout.FRAGMENTS)
+    remote = storage.url.startswith("s3://")
+    if root is None and not remote:
+        raise LitstoreError(f"litdata cannot stream from {storage.url}: use a local or s3:// store")
+    directory = view(
+        storage.url,
+        root is not None,
+        version.number,
+        version.transaction or "initial",
+        split,
+        chunks,
+        config.chunk_bytes,
+    )
+    identity = {"root": storage.url, "version": version.number, "split": split, "fingerprint": version.fingerprint}
+    if root is not None:
+        return VersionDataset(str(directory), identity, **kwargs)
+    kwargs.setdefault("cache_dir", str(directory / "cache"))
+    kwargs.setdefault("storage_options", dict(storage.options))
+    plain_http = str(storage.options.get("endpoint_url", "")).startswith("http://")
+    return VersionDataset(
+        storage.url, identity, plain_http=plain_http, index_path=str(directory / "index.json"), **kwargs
+    )
 
 
 class VersionDataset(StreamingDataset):
@@ -56,7 +83,7 @@ class VersionDataset(StreamingDataset):
     def __init__(self, input_dir: str, identity: dict[str, Any], plain_http: bool = False, **kwargs: Any) -> None:
         self._plain_http = plain_http
         if plain_http:
-            _litdata.allow_plain_http_s3()
+            allow_plain_http_s3()
         transform = kwargs.pop("transform", None)
         user_transforms: list[Callable[[Any], Any]] = (
             [] if transform is None else list(transform) if isinstance(transform, list) else [transform]
@@ -69,7 +96,7 @@ class VersionDataset(StreamingDataset):
         # interpreter: register the plain-http downloader there too.
         self.__dict__.update(state)
         if state.get("_plain_http"):
-            _litdata.allow_plain_http_s3()
+            allow_plain_http_s3()
 
     def state_dict(self, num_samples_yielded: int, num_workers: int, batch_size: int) -> dict[str, Any]:
         state: dict[str, Any] = super().state_dict(num_samples_yielded, num_workers, batch_size)
@@ -118,7 +145,7 @@ def view(
         temporary.symlink_to(target, target_is_directory=True)
         os.replace(temporary, link)
     index = directory / "index.json"
-    document = _litdata.index_document(chunks, chunk_bytes)
+    document = index_document(chunks, chunk_bytes)
     if not index.exists() or index.read_bytes() != document:
         temporary = directory / f".index-{os.getpid()}.json"
         temporary.write_bytes(document)

@@ -16,7 +16,6 @@ import numpy as np
 import pydantic
 from tqdm.auto import tqdm
 
-from litstore import codec, hashing
 from litstore.errors import (
     SHOWN_CULPRITS,
     DuplicateKeyError,
@@ -24,8 +23,10 @@ from litstore.errors import (
     KeyFieldError,
     SchemaError,
     SplitError,
+    UnsupportedValueError,
 )
-from litstore.models import FieldSplit, StoreConfig
+from litstore.format import codec, hashing
+from litstore.format.models import FieldSplit, StoreConfig
 
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 
@@ -45,6 +46,17 @@ class Batch:
 
     def __len__(self) -> int:
         return len(self.keys)
+
+    def select(self, keep: np.ndarray) -> Batch:
+        """The records where ``keep`` is true, in order."""
+        indices = np.flatnonzero(keep).tolist()
+        return Batch(
+            keys=[self.keys[i] for i in indices],
+            key_hashes=self.key_hashes[keep],
+            splits=[self.splits[i] for i in indices],
+            payloads=[self.payloads[i] for i in indices],
+            content_hashes=[self.content_hashes[i] for i in indices],
+        )
 
 
 class _Problems:
@@ -151,7 +163,7 @@ def prepare(
             continue
         try:
             payload = encode(record)
-        except codec.UnsupportedValueError as exc:
+        except UnsupportedValueError as exc:
             problems.add(SchemaError, position, key, str(exc))
             continue
         if problems.found:

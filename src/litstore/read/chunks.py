@@ -1,7 +1,7 @@
 """Reading records' bytes out of chunk files, memory-mapped or by ranged reads, cached.
 
-A :class:`ChunkCache` keeps the most recently used chunks open: a local chunk is
-memory-mapped, so a lookup costs a slice; of a remote chunk only the item offsets
+A :class:`ChunkCache` keeps the most recently used chunks open: a chunk the backend
+can memory-map costs a slice per lookup; of any other chunk only the item offsets
 are kept, and each lookup reads just the bytes of its item (one ranged GET).
 Chunks are immutable once committed, so a cached chunk never goes stale.
 """
@@ -15,8 +15,9 @@ from typing import Any
 
 import numpy as np
 
-from litstore import _litdata, codec
+from litstore._litdata import chunk as layout
 from litstore.errors import IntegrityError
+from litstore.format import codec
 from litstore.storage import Storage
 
 # The first ranged read of a remote chunk: enough for the header of ~16,000 items.
@@ -31,7 +32,7 @@ class _OpenChunk:
     __slots__ = ("data", "offsets")
 
     def __init__(self, data: mmap.mmap | bytes | None, offsets: np.ndarray) -> None:
-        self.data = data  # None for a remote chunk: items are read by range
+        self.data = data  # None when items are read by range
         self.offsets = offsets
 
 
@@ -58,32 +59,28 @@ class ChunkCache:
         return chunk
 
     def _load(self, name: str) -> _OpenChunk:
-        path = self._storage.local_path(name)
-        if path is None:
-            return _OpenChunk(None, self._remote_offsets(name))
-        with open(path, "rb") as handle:
-            data: mmap.mmap | bytes = (
-                mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) if _litdata.file_size(path) else b""
-            )
-        return _OpenChunk(data, _litdata.item_offsets(data, name))
-
-    def _remote_offsets(self, name: str) -> np.ndarray:
+        data = self._storage.mapped(name)
+        if data is not None:
+            return _OpenChunk(data, layout.item_offsets(data, name))
         head = self._storage.read_range(name, 0, _HEADER_GUESS)
-        header_size = _litdata.header_size(head, name)
+        header_size = layout.header_size(head, name)
         if header_size > len(head):
             head += self._storage.read_range(name, len(head), header_size)
-        return _litdata.header_offsets(head, name)
+        return _OpenChunk(None, layout.header_offsets(head, name))
+
+    def _check_row(self, name: str, chunk: _OpenChunk, rows: np.ndarray) -> None:
+        if len(rows) and (rows.min() < 0 or rows.max() >= len(chunk.offsets) - 1):
+            raise IntegrityError(
+                f"chunk {name} has {len(chunk.offsets) - 1} items; row {int(rows.max())} was asked for"
+            )
 
     def payload(self, name: str, row: int) -> memoryview:
         """The stored bytes (canonical encoding) of item ``row`` of chunk ``name``."""
-        chunk = self._chunk(name)
-        if chunk.data is not None:
-            return _litdata.item_payload(chunk.data, chunk.offsets, row)
-        start, end = int(chunk.offsets[row]), int(chunk.offsets[row + 1])
-        item = self._storage.read_range(name, start, end)
-        if len(item) != end - start:
-            raise IntegrityError(f"chunk {name} is shorter than its header says")
-        return memoryview(item)[4:]
+        return memoryview(self.payloads(name, np.array([row]))[0])
+
+    def record(self, name: str, row: int) -> Any:
+        """The decoded record of item ``row`` of chunk ``name``."""
+        return codec.decode(self.payload(name, row), f"chunk {name} row {row}")
 
     def records(self, name: str, rows: np.ndarray) -> list[Any]:
         """The decoded records of items ``rows`` of chunk ``name``, in the order given.
@@ -93,7 +90,7 @@ class ChunkCache:
         concurrent ranged GETs.
         """
         payloads = self.payloads(name, rows)
-        records = codec.decode_all(b"".join(payloads))
+        records = codec.decode_all(b"".join(payloads), f"chunk {name}")
         if len(records) != len(payloads):
             raise IntegrityError(f"chunk {name}: {len(payloads)} payloads decoded as {len(records)} records")
         return records
@@ -102,12 +99,12 @@ class ChunkCache:
         """The stored bytes of items ``rows`` (default: every item) of chunk ``name``, in that order."""
         chunk = self._chunk(name)
         rows = np.arange(len(chunk.offsets) - 1) if rows is None else np.asarray(rows, dtype=np.int64)
-        starts = (chunk.offsets[rows] + 4).tolist()
-        ends = chunk.offsets[rows + 1].tolist()
+        self._check_row(name, chunk, rows)
+        starts, ends = layout.payload_bounds(chunk.offsets, rows)
         if chunk.data is None:
-            return self._fetch(name, starts, ends)
+            return self._fetch(name, starts.tolist(), ends.tolist())
         view = memoryview(chunk.data)
-        return [view[start:end] for start, end in zip(starts, ends, strict=True)]
+        return [view[start:end] for start, end in zip(starts.tolist(), ends.tolist(), strict=True)]
 
     def _fetch(self, name: str, starts: list[int], ends: list[int]) -> list[bytes]:
         """Byte ranges of a remote chunk: nearby ranges merged, the GETs run concurrently.
@@ -115,13 +112,16 @@ class ChunkCache:
         Ranges closer than ``_MERGE_GAP`` are read as one, so neighbouring records cost
         one GET, while records far apart are read without the bytes between them.
         """
+        header = layout.ITEM_HEADER
         order = sorted(range(len(starts)), key=starts.__getitem__)
         spans: list[list[int]] = []  # [start, end] of each GET
         for position in order:
-            if spans and starts[position] - 4 - spans[-1][1] <= _MERGE_GAP:
+            if spans and starts[position] - header - spans[-1][1] <= _MERGE_GAP:
                 spans[-1][1] = max(spans[-1][1], ends[position])
             else:
-                spans.append([starts[position] - 4, ends[position]])
+                spans.append([starts[position] - header, ends[position]])
+        if not spans:
+            return []
         with ThreadPoolExecutor(max_workers=min(_CONCURRENT_GETS, len(spans))) as pool:
             blobs = list(pool.map(lambda span: self._storage.read_range(name, span[0], span[1]), spans))
         payloads: list[bytes] = [b""] * len(starts)
@@ -138,6 +138,3 @@ class ChunkCache:
 
     def offsets(self, name: str) -> np.ndarray:
         return self._chunk(name).offsets
-
-    def clear(self) -> None:
-        self._open.clear()

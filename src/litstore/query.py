@@ -1,92 +1,19 @@
-"""The manifest: one row per live record, stored as Parquet deltas, queried with DuckDB.
+"""Every set-shaped question asked of manifests, answered by DuckDB: the only module that imports it.
 
-This is the only module that imports DuckDB. Columns of a manifest::
-
-    key           str or int64   the record's key
-    key_hash      uint64         hashing.key_hash(key)
-    content_hash  binary(16)     hashing.content_hash(canonical encoding)
-    split         str            the split the record belongs to
-    chunk         str            chunk file, relative to the store root
-    row           uint32         item index inside the chunk
-
-A delta (``manifests/<v>-<txn>.parquet``) holds what version ``v`` changed, with two
-more columns: ``change`` is ``added``, ``replaced`` (new content for a key),
-``moved`` (same content, rewritten by a chunk copy-on-write) or ``deleted``, and
-``version`` is ``v``. The manifest of version ``v`` is, for each key, the rows of the
-newest delta up to ``v`` that mentions it, unless those are deletions. Every
-``checkpoint_interval`` versions a full manifest is written too, so composing a
-version reads one checkpoint and fewer than ``checkpoint_interval`` deltas.
+Composition of versions, diffs, the joins of ``verify`` and the user's ``sql()`` all
+run here, on Arrow tables of the columns described in :mod:`litstore.format.manifest`.
+DuckDB is imported on first use, not with litstore.
 """
 
 from __future__ import annotations
 
-import io
 from collections.abc import Sequence
 from typing import Any
 
-import duckdb
 import pyarrow as pa
 import pyarrow.compute
-import pyarrow.parquet as pq
 
-from litstore.errors import IntegrityError
-
-MANIFEST_COLUMNS = ("key", "key_hash", "content_hash", "split", "chunk", "row")
-
-
-def schema(key_type: str) -> pa.Schema:
-    """The Arrow schema of a manifest whose keys are ``key_type`` (``"str"``/``"int"``)."""
-    return pa.schema(
-        [
-            ("key", pa.string() if key_type == "str" else pa.int64()),
-            ("key_hash", pa.uint64()),
-            ("content_hash", pa.binary(16)),
-            ("split", pa.string()),
-            ("chunk", pa.string()),
-            ("row", pa.uint32()),
-        ]
-    )
-
-
-CHANGES = ("added", "replaced", "moved", "deleted")
-
-
-def delta_schema(key_type: str) -> pa.Schema:
-    return schema(key_type).append(pa.field("change", pa.string())).append(pa.field("version", pa.int64()))
-
-
-def empty(key_type: str) -> pa.Table:
-    return schema(key_type).empty_table()
-
-
-def make_delta(key_type: str, version: int, columns: dict[str, Any], changes: Sequence[str]) -> pa.Table:
-    """A delta table from manifest ``columns`` and the ``change`` of each row."""
-    count = len(columns["key"])
-    arrays = [pa.array(columns[name], type=field.type) for name, field in zip(MANIFEST_COLUMNS, schema(key_type))]
-    arrays.append(pa.array(changes, type=pa.string()))
-    arrays.append(pa.array([version] * count, type=pa.int64()))
-    return pa.Table.from_arrays(arrays, schema=delta_schema(key_type))
-
-
-def to_parquet(table: pa.Table) -> bytes:
-    sink = io.BytesIO()
-    pq.write_table(table, sink, compression="zstd")
-    return sink.getvalue()
-
-
-def from_parquet(data: bytes, path: str) -> pa.Table:
-    """Read a manifest file; raises ``IntegrityError`` naming ``path`` if it is damaged."""
-    try:
-        # Reading the repetitive string columns as dictionaries, then decoding them, is
-        # about 7x faster than letting Parquet decode them row by row.
-        table = pq.read_table(io.BytesIO(data), read_dictionary=["split", "chunk"])
-    except (pa.ArrowException, OSError) as exc:
-        raise IntegrityError(f"manifest file {path} is damaged: {exc}") from exc
-    plain = [
-        field.with_type(field.type.value_type) if pa.types.is_dictionary(field.type) else field
-        for field in table.schema
-    ]
-    return table.cast(pa.schema(plain))
+from litstore.format.manifest import MANIFEST_COLUMNS, ChangeKind, delta_schema, empty, schema
 
 
 def compose(key_type: str, checkpoint: pa.Table | None, deltas: Sequence[pa.Table]) -> pa.Table:
@@ -101,7 +28,7 @@ def compose(key_type: str, checkpoint: pa.Table | None, deltas: Sequence[pa.Tabl
     if checkpoint is not None:
         base = checkpoint.select(list(MANIFEST_COLUMNS))
         count = base.num_rows
-        base = base.append_column("change", pa.array(["added"] * count, pa.string()))
+        base = base.append_column("change", pa.array([str(ChangeKind.ADDED)] * count, pa.string()))
         parts.append(base.append_column("version", pa.array([-1] * count, pa.int64())))
     parts.extend(delta.cast(delta_schema(key_type)) for delta in deltas)
     if not parts:
@@ -110,12 +37,23 @@ def compose(key_type: str, checkpoint: pa.Table | None, deltas: Sequence[pa.Tabl
     query = f"""
         SELECT {", ".join(f'"{name}"' for name in MANIFEST_COLUMNS)}
         FROM history
-        QUALIFY version = max(version) OVER (PARTITION BY key) AND change <> 'deleted'
+        QUALIFY version = max(version) OVER (PARTITION BY key) AND change <> '{ChangeKind.DELETED}'
         ORDER BY key_hash, key, chunk, "row"
     """
+    import duckdb
+
     with duckdb.connect() as connection:
         result = connection.sql(query).to_arrow_table()
     return result.cast(schema(key_type))
+
+
+def __getattr__(name: str) -> Any:
+    # ``query.DatabaseError`` is DuckDB's error base, resolved without importing DuckDB early.
+    if name == "DatabaseError":
+        import duckdb
+
+        return duckdb.Error
+    raise AttributeError(name)
 
 
 def query(sql: str, tables: dict[str, pa.Table]) -> pa.Table:
@@ -124,13 +62,12 @@ def query(sql: str, tables: dict[str, pa.Table]) -> pa.Table:
     Raises:
         duckdb.Error: the query is invalid (callers translate it).
     """
+    import duckdb
+
     with duckdb.connect() as connection:
         for name, table in tables.items():
             connection.register(name, table)
         return connection.sql(sql).to_arrow_table()
-
-
-QueryError = duckdb.Error
 
 
 def duplicate_keys(table: pa.Table) -> list[Any]:
@@ -215,4 +152,5 @@ def diff(old: pa.Table, new: pa.Table) -> dict[str, pa.Table]:
 
 def touched_keys(delta: pa.Table) -> list[Any]:
     """Keys a delta added, replaced or deleted (not those it only moved)."""
-    return list(query("SELECT DISTINCT key FROM d WHERE change <> 'moved'", {"d": delta}).column(0).to_pylist())
+    sql = f"SELECT DISTINCT key FROM d WHERE change <> '{ChangeKind.MOVED}'"
+    return list(query(sql, {"d": delta}).column(0).to_pylist())

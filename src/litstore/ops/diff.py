@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from litstore import manifest
+from litstore import query
 from litstore.errors import describe
 
 
@@ -27,7 +27,7 @@ class Diff:
 
     @classmethod
     def between(cls, old: int, new: int, old_manifest: pa.Table, new_manifest: pa.Table) -> Diff:
-        parts = manifest.diff(old_manifest, new_manifest)
+        parts = query.diff(old_manifest, new_manifest)
         return cls(old, new, parts["added"], parts["removed"], parts["changed"])
 
     @property

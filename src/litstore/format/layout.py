@@ -20,14 +20,57 @@ them as integers, so larger numbers still work.
 from __future__ import annotations
 
 import re
+import uuid
 
 CONFIG = "litstore.json"
 VERSIONS = "versions"
 MANIFESTS = "manifests"
 FRAGMENTS = "fragments"
 TAGS = "tags"
+#: Every name litstore writes at the top of a store root.
+TOP_LEVEL = (CONFIG, VERSIONS, MANIFESTS, FRAGMENTS, TAGS)
 
 _VERSION_FILE = re.compile(r"(\d+)\.json")
+_TRANSACTION = re.compile(r"[0-9a-f]{20}")
+_CHUNK = re.compile(r"fragments/([0-9a-f]{20})/chunk-([0-9a-f]{20})-(\d{1,9})\.bin")
+
+
+def check_transaction(transaction: str) -> str:
+    """``transaction`` if it is a transaction id (20 lowercase hex digits), else ``ValueError``."""
+    if not isinstance(transaction, str) or not _TRANSACTION.fullmatch(transaction):
+        raise ValueError(f"{transaction!r} is not a transaction id")
+    return transaction
+
+
+def check_chunk(path: str) -> str:
+    """``path`` if it names a chunk as litstore writes them, else ``ValueError``."""
+    match = _CHUNK.fullmatch(path) if isinstance(path, str) else None
+    if match is None or match.group(1) != match.group(2):
+        raise ValueError(f"{path!r} is not a chunk path of this store's layout")
+    return path
+
+
+_OWN_FILES = re.compile(
+    r"fragments/[0-9a-f]{20}/chunk-[0-9a-f]{20}-\d{1,9}\.bin"
+    r"|manifests/\d{8,}-[0-9a-f]{20}(\.checkpoint)?\.parquet"
+    r"|versions/\d{8,}-[0-9a-f]{20}/[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}/index\.json"
+)
+_TEMPORARY = re.compile(r"(.*/)?\.tmp-[0-9a-f]{32}-[^/]+")
+
+
+def is_own_file(path: str) -> bool:
+    """Whether ``path`` is a data file litstore writes (a chunk, manifest or index): gc deletes no other."""
+    return _OWN_FILES.fullmatch(path) is not None
+
+
+def is_temporary(path: str) -> bool:
+    """Whether ``path`` is a local backend's temporary file (``.tmp-<id>-<name>``)."""
+    return _TEMPORARY.fullmatch(path) is not None
+
+
+def new_transaction() -> str:
+    """A fresh transaction id."""
+    return uuid.uuid4().hex[:20]
 
 
 def version_name(number: int) -> str:
@@ -56,6 +99,10 @@ def manifest_checkpoint(number: int, transaction: str) -> str:
 
 def fragment(transaction: str) -> str:
     return f"{FRAGMENTS}/{transaction}"
+
+
+def chunk(transaction: str, number: int) -> str:
+    return f"{FRAGMENTS}/{transaction}/chunk-{transaction}-{number}.bin"
 
 
 def version_numbers(names: list[str]) -> list[int]:

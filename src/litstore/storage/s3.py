@@ -17,37 +17,33 @@ atomic per object.
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from functools import partial
-from pathlib import Path
 from typing import Any
 
 import boto3
 from botocore.exceptions import BotoCoreError, ClientError
 
-from litstore.errors import StorageError
+from litstore.errors import MissingFileError, StorageError
+from litstore.storage.base import FileInfo, Storage, check_path
 
 _NOT_FOUND = {"404", "NoSuchKey", "NotFound"}
 _ALREADY_EXISTS = {"PreconditionFailed", "412", "ConditionalRequestConflict", "409"}
 
 
-class S3Storage:
+class S3Storage(Storage):
     """A store root at ``s3://bucket/prefix``."""
 
-    is_local = False
-
-    def __init__(self, url: str, storage_options: dict[str, Any] | None = None) -> None:
+    def __init__(self, url: str, options: dict[str, Any] | None = None) -> None:
         if not url.startswith("s3://"):
-            raise ValueError(f"not an s3:// URL: {url!r}")
+            raise StorageError(f"not an s3:// URL: {url!r}")
         bucket, _, prefix = url.removeprefix("s3://").partition("/")
         if not bucket:
-            raise ValueError(f"no bucket in {url!r}")
+            raise StorageError(f"no bucket in {url!r}")
         self.bucket = bucket
         self.prefix = prefix.strip("/")
-        self.storage_options: dict[str, Any] = dict(storage_options or {})
+        self.options: dict[str, Any] = dict(options or {})
         self.bytes_read = 0
         self._client: Any = None
         self._client_pid = -1
@@ -59,17 +55,14 @@ class S3Storage:
     def url(self) -> str:
         return f"s3://{self.bucket}/{self.prefix}" if self.prefix else f"s3://{self.bucket}"
 
-    @property
-    def uses_plain_http(self) -> bool:
-        return str(self.storage_options.get("endpoint_url", "")).startswith("http://")
-
     def _key(self, path: str) -> str:
+        check_path(path)
         return f"{self.prefix}/{path}" if self.prefix else path
 
     @property
     def client(self) -> Any:
         if self._client is None or self._client_pid != os.getpid():
-            self._client = boto3.session.Session().client("s3", **self.storage_options)
+            self._client = boto3.session.Session().client("s3", **self.options)
             self._client_pid = os.getpid()
         return self._client
 
@@ -82,11 +75,12 @@ class S3Storage:
     def _translated(self, action: str, path: str) -> Iterator[None]:
         try:
             yield
-        except (ClientError, BotoCoreError) as exc:
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") in _NOT_FOUND:
+                raise MissingFileError(f"no file {path!r} in {self.url}") from exc
             raise StorageError(f"cannot {action} {path!r} in {self.url}: {exc}") from exc
-
-    def local_path(self, path: str) -> str | None:
-        return None
+        except BotoCoreError as exc:
+            raise StorageError(f"cannot {action} {path!r} in {self.url}: {exc}") from exc
 
     def _succeeds(self, action: str, path: str, call: Callable[[], Any], refusals: set[str]) -> bool:
         """Run ``call``: ``False`` if S3 refused it with one of ``refusals``, ``True`` if it succeeded."""
@@ -120,10 +114,6 @@ class S3Storage:
         self.bytes_read += len(data)
         return data
 
-    def size(self, path: str) -> int:
-        with self._translated("stat", path):
-            return int(self.client.head_object(Bucket=self.bucket, Key=self._key(path))["ContentLength"])
-
     def write(self, path: str, data: bytes) -> None:
         with self._translated("write", path):
             self.client.put_object(Bucket=self.bucket, Key=self._key(path), Body=data)
@@ -134,7 +124,7 @@ class S3Storage:
 
     def names(self, prefix: str) -> list[str]:
         """Names of the entries directly under ``prefix`` (objects and sub-prefixes)."""
-        base = self._key(prefix).rstrip("/") + "/"
+        base = self._key(prefix).rstrip("/") + "/" if prefix else (self.prefix + "/" if self.prefix else "")
         names: set[str] = set()
         with self._translated("list", prefix):
             for page in self.client.get_paginator("list_objects_v2").paginate(
@@ -144,15 +134,15 @@ class S3Storage:
                 names.update(entry["Prefix"][len(base) :].rstrip("/") for entry in page.get("CommonPrefixes", []))
         return sorted(name for name in names if name)
 
-    def walk(self, prefix: str) -> list[tuple[str, int, float]]:
+    def walk(self, prefix: str) -> list[FileInfo]:
         """Every object under ``prefix``: (path relative to the root, size, modified time)."""
         base = self._key(prefix).rstrip("/") + "/"
         strip = len(self.prefix) + 1 if self.prefix else 0
-        found: list[tuple[str, int, float]] = []
+        found: list[FileInfo] = []
         with self._translated("list", prefix):
             for page in self.client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=base):
                 for entry in page.get("Contents", []):
-                    found.append((entry["Key"][strip:], int(entry["Size"]), entry["LastModified"].timestamp()))
+                    found.append(FileInfo(entry["Key"][strip:], int(entry["Size"]), entry["LastModified"].timestamp()))
         return found
 
     def delete(self, path: str) -> None:
@@ -160,22 +150,12 @@ class S3Storage:
             self.client.delete_object(Bucket=self.bucket, Key=self._key(path))
 
     def delete_tree(self, path: str) -> None:
-        keys = [self._key(relative) for relative, _, _ in self.walk(path)]
+        keys = [self._key(found.path) for found in self.walk(path)]
         with self._translated("delete", path):
             for start in range(0, len(keys), 1000):
                 objects = [{"Key": key} for key in keys[start : start + 1000]]
                 self.client.delete_objects(Bucket=self.bucket, Delete={"Objects": objects, "Quiet": True})
 
-    @contextmanager
-    def staging(self, path: str) -> Iterator[str]:
-        """A local directory to write ``path``'s files into; uploaded when the block ends."""
-        directory = tempfile.mkdtemp(prefix="litstore-stage-")
-        try:
-            yield directory
-            for file in sorted(Path(directory).rglob("*")):
-                if file.is_file():
-                    relative = f"{path}/{file.relative_to(directory).as_posix()}"
-                    with self._translated("upload", relative):
-                        self.client.upload_file(str(file), self.bucket, self._key(relative))
-        finally:
-            shutil.rmtree(directory, ignore_errors=True)
+    def write_file(self, path: str, local: str) -> None:
+        with self._translated("upload", path):
+            self.client.upload_file(local, self.bucket, self._key(path))

@@ -40,6 +40,19 @@ def is_key(key: object, key_type: str) -> bool:
     return isinstance(key, int) and not isinstance(key, bool) and -(2**63) <= key < 2**63
 
 
+def normalize_key(key: object) -> object:
+    """The key as the store holds it: numpy integers become ``int``; anything else is unchanged.
+
+    Every path that takes a key (writes, lookups, ``in``, deletes) normalizes it, so
+    ``np.int64(5)`` finds what ``append`` stored under ``5``.
+    """
+    if isinstance(key, np.integer) and not isinstance(key, np.bool_):
+        return int(key)
+    if isinstance(key, np.str_):
+        return str(key)
+    return key
+
+
 def key_hash(key: str | int) -> int:
     return xxhash.xxh3_64_intdigest(key_bytes(key))
 

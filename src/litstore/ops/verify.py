@@ -24,10 +24,12 @@ import numpy as np
 import pyarrow as pa
 from tqdm.auto import tqdm
 
-from litstore import _litdata, codec, hashing, manifest
-from litstore._litdata import ChunkInfo
-from litstore.errors import IntegrityError, VerificationError, describe
-from litstore.models import StoreConfig, Version
+from litstore import query
+from litstore._litdata import chunk as chunk_layout
+from litstore._litdata.index import ChunkInfo
+from litstore.errors import IntegrityError, MissingFileError, VerificationError, describe
+from litstore.format import codec, hashing
+from litstore.format.models import StoreConfig, Version
 from litstore.storage import Storage
 
 
@@ -126,27 +128,28 @@ def _stored_rows(
     damaged: list[tuple[str, str]] = []
     listed = [(split, chunk) for split in sorted(chunks) for chunk in chunks[split]]
     for split, chunk in tqdm(listed, desc="verifying", unit="chunk", disable=not progress):
-        if not storage.exists(chunk.filename):
+        try:
+            data = storage.read(chunk.filename)
+        except MissingFileError:
             missing.append(chunk.filename)
             continue
-        data = storage.read(chunk.filename)
         if len(data) != chunk.num_bytes:
             damaged.append((chunk.filename, f"{len(data)} bytes, the index says {chunk.num_bytes}"))
         try:
-            offsets = _litdata.item_offsets(data, chunk.filename)
+            offsets = chunk_layout.item_offsets(data, chunk.filename)
         except IntegrityError as exc:
             damaged.append((chunk.filename, str(exc)))
             continue
         if len(offsets) - 1 != chunk.num_items:
             damaged.append((chunk.filename, f"{len(offsets) - 1} items, the index says {chunk.num_items}"))
         for row in range(len(offsets) - 1):
-            payload = _litdata.item_payload(data, offsets, row)
+            payload = chunk_layout.item_payload(data, offsets, row)
             key = None
-            if _litdata.item_size_matches(data, offsets, row):
+            if chunk_layout.item_size_matches(data, offsets, row):
                 try:
                     record = codec.decode(payload)
                     key = record.get(key_field) if isinstance(record, dict) else None
-                except Exception:  # noqa: BLE001 - any decoding failure means the bytes are corrupt
+                except IntegrityError:
                     key = None
             columns["chunk"].append(chunk.filename)
             columns["row"].append(row)
@@ -183,7 +186,7 @@ def verify(
             "split": pa.array(columns["split"], pa.string()),
         }
     )
-    matched = manifest.reconcile(listed, stored)
+    matched = query.reconcile(listed, stored)
 
     def rows(table: pa.Table) -> list[tuple[Any, ...]]:
         return list(zip(*(column.to_pylist() for column in table.columns)))
@@ -192,8 +195,8 @@ def verify(
     wrong_hashes = np.flatnonzero(hashing.key_hashes(listed_keys) != listed.column("key_hash").to_numpy())
     chunk_names, chunk_rows = listed.column("chunk").to_pylist(), listed.column("row").to_pylist()
     bad_key_hashes = [(listed_keys[i], chunk_names[i], chunk_rows[i], "key hash") for i in wrong_hashes.tolist()]
-    duplicates = set(manifest.duplicate_keys(listed)) | set(
-        manifest.duplicate_keys(stored.filter(stored.column("key").is_valid()))
+    duplicates = set(query.duplicate_keys(listed)) | set(
+        query.duplicate_keys(stored.filter(stored.column("key").is_valid()))
     )
     missing_keys: list[Any] = []
     unexpected_keys: list[Any] = []
@@ -203,8 +206,8 @@ def verify(
         expected_table = pa.table(
             {"key": pa.array([k for k in expected if hashing.is_key(k, config.key_type)], key_type)}
         )
-        missing_keys = wrong_type + manifest.keys_not_in(expected_table, listed)
-        unexpected_keys = manifest.keys_not_in(listed, expected_table)
+        missing_keys = wrong_type + query.keys_not_in(expected_table, listed)
+        unexpected_keys = query.keys_not_in(listed, expected_table)
     found_counts: dict[str, int] = {}
     for split in columns["split"]:
         found_counts[split] = found_counts.get(split, 0) + 1

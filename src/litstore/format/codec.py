@@ -20,13 +20,13 @@ Anything else raises :class:`UnsupportedValueError` naming the value's path.
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import msgpack
 import numpy as np
-import torch
 
-from litstore import _litdata
+from litstore.errors import IntegrityError, UnsupportedValueError
 
 _TUPLE = 1
 _NDARRAY = 2
@@ -35,21 +35,11 @@ _TENSOR = 4
 _BIGINT = 5
 _MEDIA = 6
 
-_NATIVE = (str, int, float, bool, bytes, type(None))
 _INT_MIN = -(2**63)
 _UINT_MAX = 2**64 - 1
 
 # Lone surrogates ("\ud800") are valid Python str; keep them rather than fail.
 _PACKER_OPTIONS: dict[str, Any] = {"use_bin_type": True, "unicode_errors": "surrogatepass"}
-
-
-class UnsupportedValueError(TypeError):
-    """A value in a record has a type litstore cannot store; ``path`` says where."""
-
-    def __init__(self, path: str, value: Any, why: str = "") -> None:
-        reason = why or f"values of type {type(value).__name__} cannot be stored"
-        super().__init__(f"{path or 'record'}: {reason}")
-        self.path = path
 
 
 # Dict keys MessagePack reads back as they were written (hashable, same type).
@@ -92,7 +82,8 @@ def _canonical(value: Any, path: str) -> Any:
     if isinstance(value, np.generic):
         _check_dtype(value.dtype, value, path)
         return msgpack.ExtType(_NPSCALAR, _pack([value.dtype.str, value.tobytes()]))
-    if isinstance(value, torch.Tensor):
+    torch = sys.modules.get("torch")  # a tensor exists only if torch was imported
+    if torch is not None and isinstance(value, torch.Tensor):
         tensor = value.detach().cpu()
         raw = tensor.contiguous().reshape(-1).view(torch.uint8).numpy().tobytes() if tensor.numel() else b""
         body = [str(value.dtype).removeprefix("torch."), list(value.shape), raw]
@@ -103,9 +94,12 @@ def _canonical(value: Any, path: str) -> Any:
         return _canonical(dict(value), path)
     if isinstance(value, (str, int, float)):  # subclasses such as IntEnum store as their base type
         return _canonical(_builtin(value), path)
-    if _litdata.is_media(value):
-        data_format, data = _litdata.encode_media(value)
-        return msgpack.ExtType(_MEDIA, _pack([data_format, data]))
+    if type(value).__module__.startswith("litdata"):
+        from litstore._litdata import media
+
+        if media.is_media(value):
+            data_format, data = media.encode_media(value)
+            return msgpack.ExtType(_MEDIA, _pack([data_format, data]))
     raise UnsupportedValueError(path, value)
 
 
@@ -151,6 +145,8 @@ def _ext_hook(code: int, data: bytes) -> Any:
             return np.dtype(dtype).type()
         return np.frombuffer(raw, dtype=np.dtype(dtype))[0]
     if code == _TENSOR:
+        import torch
+
         dtype_name, shape, raw = _unpack(data)
         dtype = getattr(torch, dtype_name)
         if not raw:
@@ -159,8 +155,10 @@ def _ext_hook(code: int, data: bytes) -> Any:
     if code == _BIGINT:
         return int(data.decode())
     if code == _MEDIA:
+        from litstore._litdata import media
+
         data_format, raw = _unpack(data)
-        return _litdata.decode_media(data_format, raw)
+        return media.decode_media(data_format, raw)
     raise ValueError(f"unknown extension type {code} in stored record")
 
 
@@ -177,13 +175,31 @@ def _unpack(data: bytes | memoryview) -> Any:
     return msgpack.unpackb(data, **_UNPACK_OPTIONS)
 
 
-def decode_all(data: bytes) -> list[Any]:
-    """The records whose canonical bytes, back to back, are ``data``."""
+# What decoding damaged or hostile bytes can raise, from msgpack, numpy, torch or litdata.
+_DECODE_FAILURES = (ValueError, TypeError, AttributeError, KeyError, IndexError, OverflowError, RecursionError)
+
+
+def decode_all(data: bytes, where: str = "records") -> list[Any]:
+    """The records whose canonical bytes, back to back, are ``data``.
+
+    Raises:
+        IntegrityError: the bytes are not canonical records (``where`` names them).
+    """
     unpacker = msgpack.Unpacker(max_buffer_size=max(len(data), 1), **_UNPACK_OPTIONS)
     unpacker.feed(data)
-    return list(unpacker)
+    try:
+        return list(unpacker)
+    except _DECODE_FAILURES as exc:
+        raise IntegrityError(f"{where}: stored bytes do not decode: {exc!r}") from exc
 
 
-def decode(data: bytes | memoryview) -> Any:
-    """The record whose canonical bytes are ``data``."""
-    return _unpack(data)
+def decode(data: bytes | memoryview, where: str = "record") -> Any:
+    """The record whose canonical bytes are ``data``.
+
+    Raises:
+        IntegrityError: the bytes are not a canonical record (``where`` names it).
+    """
+    try:
+        return _unpack(data)
+    except _DECODE_FAILURES as exc:
+        raise IntegrityError(f"{where}: stored bytes do not decode: {exc!r}") from exc

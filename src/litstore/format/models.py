@@ -13,9 +13,11 @@ import re
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+import pydantic
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, TypeAdapter, field_validator, model_validator
 
-from litstore.hashing import split_unit
+from litstore.format import layout
+from litstore.format.hashing import split_unit
 
 FORMAT_VERSION = 1
 
@@ -129,7 +131,7 @@ class StoreConfig(_Frozen):
         return self
 
 
-Operation = Literal["create", "append", "upsert", "delete"]
+Operation = Literal["create", "append", "upsert", "delete", "compact"]
 
 
 class Version(_Frozen):
@@ -152,6 +154,11 @@ class Version(_Frozen):
         pending_rows: delta rows composed on top of the newest checkpoint to get
             this version's manifest (0 when it has a checkpoint).
         indexes: the litdata index file of each non-empty split.
+        message, metadata: what the writer said about this version.
+
+    Every path a commit record names is the one :mod:`litstore.format.layout` derives
+    from its number and transaction; a record naming any other file is refused when
+    read, so a crafted record cannot point litstore outside the store.
     """
 
     format_version: int = FORMAT_VERSION
@@ -171,6 +178,31 @@ class Version(_Frozen):
     checkpoint: str | None = None
     pending_rows: int = Field(default=0, ge=0)
     indexes: dict[str, str] = Field(default_factory=dict)
+    message: str | None = None
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _paths_are_its_own(self) -> Version:
+        if self.transaction is None:
+            if self.manifest or self.checkpoint or self.indexes or self.fragments or self.dropped_chunks:
+                raise ValueError("a version without a transaction names no files")
+            return self
+        transaction = layout.check_transaction(self.transaction)
+        if self.manifest is not None and self.manifest != layout.manifest_delta(self.number, transaction):
+            raise ValueError(f"manifest {self.manifest!r} is not this version's delta")
+        if self.checkpoint is not None and self.checkpoint != layout.manifest_checkpoint(self.number, transaction):
+            raise ValueError(f"checkpoint {self.checkpoint!r} is not this version's")
+        for split, path in self.indexes.items():
+            _check_split_name(split)
+            if path != layout.split_index(self.number, transaction, split):
+                raise ValueError(f"index {path!r} of split {split!r} is not this version's")
+        for split in self.counts:
+            _check_split_name(split)
+        for fragment in self.fragments:
+            layout.check_transaction(fragment)
+        for chunk in self.dropped_chunks:
+            layout.check_chunk(chunk)
+        return self
 
     @property
     def total(self) -> int:
@@ -195,6 +227,20 @@ class ExpiredVersion(_Frozen):
     number: int = Field(ge=0)
     expired: Literal[True] = True
     expired_at: datetime
+
+
+def _record_kind(value: Any) -> str:
+    expired = value.get("expired") if isinstance(value, dict) else getattr(value, "expired", None)
+    return "expired" if expired is True else "version"
+
+
+#: What ``versions/<number>.json`` holds: a live commit record or a gc tombstone,
+#: told apart by the tombstone's ``expired`` field.
+CommitRecord = Annotated[
+    Annotated[Version, pydantic.Tag("version")] | Annotated[ExpiredVersion, pydantic.Tag("expired")],
+    Discriminator(_record_kind),
+]
+COMMIT_RECORD: TypeAdapter[Version | ExpiredVersion] = TypeAdapter(CommitRecord)
 
 
 _TAG_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.@+-]{0,127}")

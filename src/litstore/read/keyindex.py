@@ -22,10 +22,6 @@ class KeyIndex:
     chunks: tuple[str, ...]
 
     @classmethod
-    def empty(cls) -> KeyIndex:
-        return cls(np.empty(0, np.uint64), np.empty(0, np.uint32), np.empty(0, np.uint32), ())
-
-    @classmethod
     def from_manifest(cls, manifest: pa.Table) -> KeyIndex:
         """Build from a manifest's ``key_hash``, ``chunk`` and ``row`` columns."""
         chunk_column = manifest.column("chunk").combine_chunks().dictionary_encode()

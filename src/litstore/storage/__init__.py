@@ -1,0 +1,54 @@
+"""Where stores live: the :class:`Storage` contract and its backends.
+
+=================  ==========================================  ==========================
+root               backend                                     module
+=================  ==========================================  ==========================
+a local path       :class:`~.local.LocalStorage`               :mod:`.local`
+``s3://b/prefix``  :class:`~.s3.S3Storage` (boto3)             :mod:`.s3`
+``memory://name``  :class:`~.memory.MemoryStorage`             :mod:`.memory`
+=================  ==========================================  ==========================
+
+:func:`open_storage` picks the backend from the root's scheme and imports its module
+only then (``import litstore`` never imports boto3).
+"""
+
+from __future__ import annotations
+
+import os
+from importlib import import_module
+from typing import Any
+
+from litstore.errors import MissingFileError, StorageError, UnsafePathError
+from litstore.storage.base import FileInfo, Storage, check_path
+
+#: URL scheme -> "module:class" of its backend. A new backend adds one line here.
+BACKENDS: dict[str, str] = {
+    "file": "litstore.storage.local:LocalStorage",
+    "s3": "litstore.storage.s3:S3Storage",
+    "memory": "litstore.storage.memory:MemoryStorage",
+}
+
+__all__ = ["BACKENDS", "FileInfo", "MissingFileError", "Storage", "UnsafePathError", "check_path", "open_storage"]
+
+
+def open_storage(root: str | os.PathLike[str] | Storage, options: dict[str, Any] | None = None) -> Storage:
+    """The backend for ``root``: a local directory, ``s3://bucket/prefix`` or ``memory://name``.
+
+    Raises:
+        StorageError: the scheme is not one litstore knows.
+    """
+    if isinstance(root, Storage):
+        return root
+    text = os.fspath(root)
+    scheme, separator, _ = text.partition("://")
+    if not separator:
+        scheme = "file"
+    elif scheme == "file":
+        text = text.removeprefix("file://")
+    backend = BACKENDS.get(scheme)
+    if backend is None:
+        known = ", ".join(f"{name}://" for name in sorted(BACKENDS) if name != "file")
+        raise StorageError(f"unsupported store location {text!r}: use a local path or one of {known}")
+    module_name, _, class_name = backend.partition(":")
+    backend_class: type[Storage] = getattr(import_module(module_name), class_name)
+    return backend_class(text, options)  # type: ignore[call-arg]

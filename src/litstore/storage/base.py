@@ -1,0 +1,140 @@
+"""The storage contract: the few operations litstore needs from the place a store lives.
+
+Every path handed to a :class:`Storage` is ``/``-separated and relative to the store
+root; :func:`check_path` refuses anything else (absolute paths, ``..``, empty or
+``.`` segments, backslashes, control characters), so a name read from a store's own
+metadata can never address a file outside the root. Backends add what their medium
+needs on top (the local backend refuses to follow symlinks and to read anything but
+regular files).
+
+Each backend translates its own errors into :class:`~litstore.errors.StorageError`
+at its boundary, and reports a missing file as :class:`MissingFileError`.
+
+Concurrency: :meth:`Storage.put_if_absent` is atomic on every backend (locally a hard
+link, which fails if the target exists; on S3 a conditional PUT; in memory a lock),
+so of two writers creating the same commit record exactly one succeeds. Every other
+write replaces a whole file atomically, so a reader never sees a half-written file.
+
+A new backend is one module with a subclass of :class:`Storage`, one entry in
+:data:`litstore.storage.BACKENDS`, and one test module subclassing
+:class:`litstore.testing.StorageTests`.
+"""
+
+from __future__ import annotations
+
+import mmap
+import re
+import shutil
+import tempfile
+from abc import ABC, abstractmethod
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from litstore.errors import MissingFileError, UnsafePathError
+
+__all__ = ["FileInfo", "MissingFileError", "Storage", "UnsafePathError", "check_path"]
+
+# Printable ASCII without separators or shell-hostile characters.
+_SEGMENT = re.compile(r"[A-Za-z0-9_.@+=,-]{1,255}")
+
+
+class FileInfo(NamedTuple):
+    """One file found by :meth:`Storage.walk`."""
+
+    path: str  # relative to the store root
+    size: int
+    modified: float  # seconds since the epoch
+
+
+def check_path(path: str) -> str:
+    """Return ``path`` if it is a plain relative path inside the root, else raise :class:`UnsafePathError`."""
+    if not isinstance(path, str) or not path:
+        raise UnsafePathError(f"not a path: {path!r}")
+    for segment in path.split("/"):
+        if segment in (".", "..") or not _SEGMENT.fullmatch(segment):
+            raise UnsafePathError(f"unsafe path {path!r} (segment {segment!r}): paths must stay inside the store")
+    return path
+
+
+class Storage(ABC):
+    """Where a store's files live. See the module docstring for the rules every backend keeps."""
+
+    #: The keyword arguments the backend was opened with (S3: boto3 client options);
+    #: litdata's streaming gets the same dictionary.
+    options: Mapping[str, Any] = {}
+
+    @property
+    @abstractmethod
+    def url(self) -> str:
+        """Where the root is, as a user would write it (a path, ``s3://bucket/prefix``, ...)."""
+
+    @abstractmethod
+    def read(self, path: str) -> bytes:
+        """The whole file. Raises :class:`MissingFileError` if it does not exist."""
+
+    @abstractmethod
+    def read_range(self, path: str, start: int, end: int) -> bytes:
+        """Bytes ``[start, end)`` of the file (fewer if it is shorter)."""
+
+    @abstractmethod
+    def write(self, path: str, data: bytes) -> None:
+        """Create or replace the file atomically: readers see the old bytes or the new ones."""
+
+    @abstractmethod
+    def put_if_absent(self, path: str, data: bytes) -> bool:
+        """Create the file unless it exists; ``False`` if it did. Atomic: of racing callers one wins."""
+
+    @abstractmethod
+    def exists(self, path: str) -> bool:
+        """Whether the file exists."""
+
+    @abstractmethod
+    def names(self, prefix: str) -> list[str]:
+        """Sorted names of the entries directly under directory ``prefix`` (``""``: the root)."""
+
+    @abstractmethod
+    def walk(self, prefix: str) -> list[FileInfo]:
+        """Every file under directory ``prefix``, at any depth (temporary files excluded)."""
+
+    @abstractmethod
+    def delete(self, path: str) -> None:
+        """Remove the file; nothing happens if it does not exist. Never follows a link out of the root."""
+
+    def delete_tree(self, prefix: str) -> None:
+        """Remove every file under directory ``prefix``."""
+        for found in self.walk(prefix):
+            self.delete(found.path)
+
+    def temporary_files(self, prefix: str) -> list[FileInfo]:
+        """Files under ``prefix`` left by writes that never finished (for gc); none by default."""
+        return []
+
+    def local_path(self, path: str) -> str | None:
+        """The local file system path of the file, if the backend has one (litdata then reads it in place)."""
+        return None
+
+    def mapped(self, path: str) -> mmap.mmap | bytes | None:
+        """The whole file memory-mapped, if the backend can (then reads are slices); else ``None``."""
+        return None
+
+    @contextmanager
+    def staging(self, prefix: str) -> Iterator[str]:
+        """A local directory whose files become the files under ``prefix`` when the block ends.
+
+        litdata's writer writes to a local directory; this is how its output reaches
+        any backend. By default a temporary directory uploaded file by file.
+        """
+        directory = tempfile.mkdtemp(prefix="litstore-stage-")
+        try:
+            yield directory
+            for file in sorted(Path(directory).rglob("*")):
+                if file.is_file():
+                    self.write_file(f"{prefix}/{file.relative_to(directory).as_posix()}", str(file))
+        finally:
+            shutil.rmtree(directory, ignore_errors=True)
+
+    def write_file(self, path: str, local: str) -> None:
+        """Copy a local file into the store (backends may stream it)."""
+        self.write(path, Path(local).read_bytes())

@@ -1,0 +1,212 @@
+"""A store root on the local file system.
+
+Besides the rules of :mod:`litstore.storage.base`, the local backend never follows a
+symbolic link (a store's files are untrusted: a ``fragments`` link to ``/home`` must
+not let a read return, or gc delete, the user's own files) and reads regular files
+only (a FIFO or a device under the root is refused, never waited on or read
+forever). Writes go to a temporary ``.tmp-<id>-<name>`` beside the target and are
+renamed into place; :meth:`LocalStorage.temporary_files` lists the ones a killed
+writer left behind, for gc.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import shutil
+import stat
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from litstore.errors import MissingFileError, StorageError, UnsafePathError
+from litstore.storage.base import FileInfo, Storage, check_path
+
+_TEMPORARY = ".tmp-"
+
+
+class LocalStorage(Storage):
+    """A store root on the local file system."""
+
+    def __init__(self, root: str | os.PathLike[str], options: dict[str, Any] | None = None) -> None:
+        if options:
+            raise StorageError("storage_options apply to remote stores only, not to a local directory")
+        self.root = Path(os.path.realpath(Path(root).absolute()))
+
+    def __repr__(self) -> str:
+        return f"LocalStorage({str(self.root)!r})"
+
+    @property
+    def url(self) -> str:
+        return str(self.root)
+
+    def _full(self, path: str) -> Path:
+        """The file system path of ``path``, refused if anything on the way is a symlink."""
+        full = self.root / check_path(path)
+        existing = full
+        while not os.path.lexists(existing) and existing != self.root:
+            existing = existing.parent
+        if os.path.realpath(existing) != str(existing):
+            raise UnsafePathError(f"{path!r} in {self.root} leads through a symbolic link; refused")
+        return full
+
+    def local_path(self, path: str) -> str:
+        return str(self._full(path))
+
+    def read(self, path: str) -> bytes:
+        with self._open(path) as handle:
+            data: bytes = handle.read()
+        return data
+
+    def mapped(self, path: str) -> mmap.mmap | bytes:
+        with self._open(path) as handle:
+            if not os.fstat(handle.fileno()).st_size:
+                return b""
+            try:
+                return mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
+            except OSError as exc:
+                raise StorageError(f"cannot map {path!r} in {self.root}: {exc}") from exc
+
+    def read_range(self, path: str, start: int, end: int) -> bytes:
+        with self._open(path) as handle:
+            handle.seek(start)
+            data: bytes = handle.read(max(end - start, 0))
+        return data
+
+    @contextmanager
+    def _open(self, path: str) -> Iterator[Any]:
+        """Open a regular file for reading, never following a final symlink nor blocking on a FIFO."""
+        full = self._full(path)
+        try:
+            descriptor = os.open(full, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        except FileNotFoundError as exc:
+            raise MissingFileError(f"no file {path!r} in {self.root}") from exc
+        except OSError as exc:
+            raise StorageError(f"cannot read {path!r} in {self.root}: {exc}") from exc
+        try:
+            if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+                raise UnsafePathError(f"{path!r} in {self.root} is not a regular file; refused")
+            handle = os.fdopen(descriptor, "rb")
+        except BaseException:
+            os.close(descriptor)
+            raise
+        with handle:
+            try:
+                yield handle
+            except OSError as exc:
+                raise StorageError(f"cannot read {path!r} in {self.root}: {exc}") from exc
+
+    def write(self, path: str, data: bytes) -> None:
+        target = self._full(path)
+        temporary = target.with_name(f"{_TEMPORARY}{uuid.uuid4().hex}-{target.name}")
+        try:
+            self._make_parents(path, target)
+            temporary.write_bytes(data)
+            os.replace(temporary, target)
+        except OSError as exc:
+            temporary.unlink(missing_ok=True)
+            raise StorageError(f"cannot write {path!r} in {self.root}: {exc}") from exc
+
+    def put_if_absent(self, path: str, data: bytes) -> bool:
+        target = self._full(path)
+        temporary = target.with_name(f"{_TEMPORARY}{uuid.uuid4().hex}-{target.name}")
+        try:
+            self._make_parents(path, target)
+            with open(temporary, "wb") as handle:
+                handle.write(data)
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.link(temporary, target)
+        except FileExistsError:
+            return False
+        except OSError as exc:
+            raise StorageError(f"cannot create {path!r} in {self.root}: {exc}") from exc
+        finally:
+            temporary.unlink(missing_ok=True)
+        return True
+
+    def _make_parents(self, path: str, target: Path) -> None:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        self._full(path)  # a directory swapped for a link while we created it is refused
+
+    def exists(self, path: str) -> bool:
+        return os.path.lexists(self._full(path))
+
+    def names(self, prefix: str) -> list[str]:
+        directory = self._full(prefix) if prefix else self.root
+        try:
+            return sorted(entry.name for entry in os.scandir(directory) if not entry.name.startswith(_TEMPORARY))
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+        except OSError as exc:
+            raise StorageError(f"cannot list {prefix!r} in {self.root}: {exc}") from exc
+
+    def _scan(self, prefix: str) -> Iterator[tuple[str, os.stat_result]]:
+        top = self._full(prefix)
+        if not top.is_dir():
+            return
+        for directory, _, files in os.walk(top):  # os.walk never descends into links
+            for name in files:
+                full = Path(directory) / name
+                try:
+                    status = full.lstat()
+                except FileNotFoundError:
+                    continue
+                yield full.relative_to(self.root).as_posix(), status
+
+    def walk(self, prefix: str) -> list[FileInfo]:
+        return [
+            FileInfo(path, status.st_size, status.st_mtime)
+            for path, status in self._scan(prefix)
+            if not path.rsplit("/", 1)[-1].startswith(_TEMPORARY)
+        ]
+
+    def temporary_files(self, prefix: str) -> list[FileInfo]:
+        return [
+            FileInfo(path, status.st_size, status.st_mtime)
+            for path, status in self._scan(prefix)
+            if path.rsplit("/", 1)[-1].startswith(_TEMPORARY)
+        ]
+
+    def delete(self, path: str) -> None:
+        target = self._full(path)
+        try:
+            target.unlink(missing_ok=True)  # unlinks a link itself, never what it points to
+        except IsADirectoryError:
+            return
+        except OSError as exc:
+            raise StorageError(f"cannot delete {path!r} in {self.root}: {exc}") from exc
+        self._remove_empty_parents(target)
+
+    def _remove_empty_parents(self, target: Path) -> None:
+        parent = target.parent
+        while parent != self.root and parent.parent != self.root:  # keep the top-level folders
+            try:
+                parent.rmdir()
+            except OSError:
+                return
+            parent = parent.parent
+
+    def delete_tree(self, prefix: str) -> None:
+        top = self._full(prefix)
+        if top.is_symlink() or not top.exists():
+            return
+        try:
+            shutil.rmtree(top)  # rmtree does not follow links inside the tree
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            raise StorageError(f"cannot delete {prefix!r} in {self.root}: {exc}") from exc
+
+    @contextmanager
+    def staging(self, prefix: str) -> Iterator[str]:
+        """Locally the files are written in place: the directory is ``prefix`` itself."""
+        target = self._full(prefix)
+        try:
+            target.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StorageError(f"cannot create directory {prefix!r} in {self.root}: {exc}") from exc
+        self._full(prefix)
+        yield str(target)

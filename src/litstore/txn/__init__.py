@@ -1,0 +1,37 @@
+"""The commit protocol, public so that any engine can drive it.
+
+Writing a version is two steps, which may run in different places:
+
+1. **stage**: validate and encode records (:func:`prepare`) and write them into a new
+   fragment (:func:`stage`), getting a small, picklable :class:`StagedFragment`. Any
+   number of processes or machines may stage at once; nothing is visible yet.
+2. **commit**: publish any number of staged fragments as one version
+   (:func:`commit`): plan it against the newest version, copy-on-write the chunks
+   that lose rows, and create the commit record with put-if-absent, rebasing over
+   other writers or raising :class:`~litstore.errors.ConflictError`.
+
+``Store.append``, ``upsert`` and ``delete`` are thin callers of these; so are
+``litstore.ray`` and ``Store.ingest``. A fragment that is never committed is removed
+by ``gc`` after its grace period, or at once by :func:`discard`.
+
+Modules: :mod:`.records` (input validation), :mod:`.stage`, :mod:`.plan`,
+:mod:`.commit`, :mod:`.log` (reading the version log).
+"""
+
+from litstore.txn.commit import commit
+from litstore.txn.plan import Plan, plan, refuse_existing, without_unchanged
+from litstore.txn.records import Batch, prepare
+from litstore.txn.stage import StagedFragment, discard, stage
+
+__all__ = [
+    "Batch",
+    "Plan",
+    "StagedFragment",
+    "commit",
+    "discard",
+    "plan",
+    "prepare",
+    "refuse_existing",
+    "stage",
+    "without_unchanged",
+]

@@ -1,0 +1,347 @@
+"""Committing: publishing staged fragments as one new version, over any number of racing writers.
+
+:func:`commit` plans the version against the newest head (:mod:`.plan`), copies
+the live rows of chunks it drops into a new fragment, then :func:`publish` writes
+what depends on the parent (the manifest delta, the split indexes, sometimes a
+checkpoint) under paths unique to this attempt and creates the commit record with
+put-if-absent. Its creation *is* the commit.
+
+Losing the race to another writer: catch up with the winners. If they added,
+replaced or deleted any key this commit touches, raise :class:`ConflictError` and
+commit nothing. If they dropped a chunk this commit also drops, plan the moves
+again. Otherwise publish the same staged files on the new head, after a jittered,
+growing pause (so writers in a loop do not starve one another).
+
+A crash is harmless at any point: before the commit record exists, nothing
+references the new files (``gc`` removes them later); after it, the version is
+complete. A commit record whose response was lost (S3 retried the PUT and got
+"exists") is recognised by its transaction id, never cleaned up as a loser's.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pyarrow as pa
+
+from litstore import query
+from litstore._litdata.index import ChunkInfo, index_document
+from litstore.errors import ConflictError, StorageError, VersionNotFoundError, describe
+from litstore.format import hashing, layout
+from litstore.format import manifest as manifest_format
+from litstore.format.manifest import ChangeKind
+from litstore.format.models import ExpiredVersion, Operation, Version
+from litstore.read.groups import by_chunk
+from litstore.read.keyindex import KeyIndex
+from litstore.txn import log
+from litstore.txn.plan import Mode, Plan, plan
+from litstore.txn.records import Batch
+from litstore.txn.stage import StagedFragment, discard, stage
+
+if TYPE_CHECKING:
+    from litstore.snapshot import Snapshot
+
+_MAX_ATTEMPTS = 200
+_MAX_PAUSE = 0.5
+
+
+def commit(
+    parent: Snapshot,
+    fragments: Sequence[StagedFragment],
+    *,
+    mode: Mode = "append",
+    deletes: Sequence[Any] = (),
+    missing_ok: bool = False,
+    operation: Operation | None = None,
+    message: str | None = None,
+    metadata: dict[str, Any] | None = None,
+    progress: bool = False,
+) -> Snapshot:
+    """Publish ``fragments`` (and delete ``deletes``) as one version; return the new head.
+
+    The version is built on ``parent`` or, if other writers committed since, on the
+    newest version. If nothing changes (every record unchanged, nothing deleted), no
+    version is committed and the head is returned. The staged fragments are left as
+    they are if the commit fails; ``discard`` them or let ``gc`` remove them.
+
+    Raises:
+        DuplicateKeyError, SplitError, KeyNotFoundError: see :func:`litstore.txn.plan.plan`.
+        ConflictError: another writer committed changes to the same keys first.
+    """
+    head = parent
+    current = plan(head, fragments, mode, deletes, missing_ok)
+    if current.empty:
+        return head
+    operation = operation or ("delete" if not fragments else mode)
+    moves: StagedFragment | None = None
+    try:
+        current, moves = _relocate(head, current, progress)
+        for attempt in range(_MAX_ATTEMPTS):
+            try:
+                version, chunks = publish(head, current, moves, operation, message, metadata)
+            except ConflictError:
+                head, touched, dropped = catch_up(head)
+                clash = sorted(touched & current.touched_keys(), key=repr)
+                if clash:
+                    raise ConflictError(
+                        f"another writer committed changes to {len(clash)} of the same keys first "
+                        f"(now at version {head.version.number}): {describe(clash)}; nothing was committed"
+                    ) from None
+                if dropped & current.dropped_chunks:
+                    if moves is not None:
+                        discard(head.storage, moves)
+                        moves = None
+                    current = plan(head, fragments, mode, deletes, missing_ok)
+                    if current.empty:
+                        return head
+                    current, moves = _relocate(head, current, progress)
+                time.sleep(random.uniform(0, min(_MAX_PAUSE, 0.002 * 2 ** min(attempt, 10))))
+                continue
+            return head.successor(version, chunks, _next_index(head, current))
+    except BaseException:
+        if moves is not None:
+            discard(head.storage, moves)
+        raise
+    raise ConflictError(f"gave up after {_MAX_ATTEMPTS} attempts to commit; nothing was committed")
+
+
+def _relocate(head: Snapshot, current: Plan, progress: bool) -> tuple[Plan, StagedFragment | None]:
+    """Copy the rows of dropped chunks into a new fragment; the plan with their new places."""
+    positions = np.flatnonzero(current.relocate)
+    if not len(positions):
+        return current, None
+    rows = current.rows.take(pa.array(positions))
+    chunk_column = rows.column("chunk").combine_chunks().dictionary_encode()
+    names = chunk_column.dictionary.to_pylist()
+    payloads: list[bytes] = [b""] * len(positions)
+    for chunk_id, where, chunk_rows in by_chunk(chunk_column.indices.to_numpy(), rows.column("row").to_numpy()):
+        for position, payload in zip(where.tolist(), head.chunk_cache.payloads(names[chunk_id], chunk_rows)):
+            payloads[position] = bytes(payload)
+    batch = Batch(
+        keys=rows.column("key").to_pylist(),
+        key_hashes=rows.column("key_hash").to_numpy(),
+        splits=rows.column("split").to_pylist(),
+        payloads=payloads,
+        content_hashes=rows.column("content_hash").to_pylist(),
+    )
+    moves = stage(head.storage, head.config, batch, progress, description="moving records")
+    chunk_values = current.rows.column("chunk").to_pylist()
+    row_values = current.rows.column("row").to_numpy().copy()
+    for position, chunk, row in zip(
+        positions.tolist(), moves.rows.column("chunk").to_pylist(), moves.rows.column("row").to_pylist()
+    ):
+        chunk_values[position] = chunk
+        row_values[position] = row
+    rows_table = current.rows.set_column(
+        current.rows.schema.get_field_index("chunk"), "chunk", pa.array(chunk_values, pa.string())
+    ).set_column(current.rows.schema.get_field_index("row"), "row", pa.array(row_values, pa.uint32()))
+    relocated = Plan(
+        rows_table,
+        np.zeros(len(current.relocate), dtype=bool),
+        current.replaced,
+        current.deleted,
+        current.dropped_chunks,
+        current.staged_chunks,
+    )
+    return relocated, moves
+
+
+def publish(
+    head: Snapshot,
+    current: Plan,
+    moves: StagedFragment | None,
+    operation: Operation,
+    message: str | None = None,
+    metadata: dict[str, Any] | None = None,
+) -> tuple[Version, dict[str, list[ChunkInfo]]]:
+    """Commit ``current`` as version ``head + 1``; returns it and its chunks.
+
+    The new version gets a full manifest checkpoint every ``checkpoint_interval``
+    versions, and whenever composing it would read more delta rows than it has live
+    records (after large upserts and deletes), so composing any version reads at most
+    about twice its live rows.
+
+    Raises:
+        ConflictError: another writer committed this version number first; the
+            files this call wrote are removed again, the staged fragments are kept.
+    """
+    storage, config, parent = head.storage, head.config, head.version
+    number = parent.number + 1
+    transaction = layout.new_transaction()
+    delta = _delta(config.key_type, number, current)
+    written: list[str] = []
+    manifest_path = layout.manifest_delta(number, transaction)
+    storage.write(manifest_path, manifest_format.to_parquet(delta))
+    written.append(manifest_path)
+
+    chunks = _version_chunks(head.chunks(), current, moves)
+    indexes: dict[str, str] = {}
+    for split, split_chunks in chunks.items():
+        if split_chunks:
+            indexes[split] = layout.split_index(number, transaction, split)
+            storage.write(indexes[split], index_document(split_chunks, config.chunk_bytes))
+            written.append(indexes[split])
+
+    counts = dict(parent.counts)
+    for split, difference in _count_changes(current).items():
+        counts[split] = counts.get(split, 0) + difference
+    pending_rows = parent.pending_rows + delta.num_rows
+    checkpoint_path = None
+    if number % config.checkpoint_interval == 0 or pending_rows > sum(counts.values()):
+        full = query.compose(config.key_type, head.manifest(), [delta])
+        checkpoint_path = layout.manifest_checkpoint(number, transaction)
+        storage.write(checkpoint_path, manifest_format.to_parquet(full))
+        written.append(checkpoint_path)
+        pending_rows = 0
+    fragment_ids = sorted(
+        {chunk.filename.split("/")[1] for listed in current.staged_chunks.values() for chunk in listed}
+    )
+    if moves is not None:
+        fragment_ids.append(moves.transaction)
+    version = Version(
+        number=number,
+        parent=parent.number,
+        operation=operation,
+        created_at=datetime.now(UTC),
+        counts=counts,
+        fingerprint=hashing.fingerprint_hex(int(parent.fingerprint, 16) + _fingerprint_change(current)),
+        added=current.kinds().count(ChangeKind.ADDED),
+        replaced=len(current.replaced),
+        removed=len(current.deleted),
+        transaction=transaction,
+        fragments=tuple(fragment_ids),
+        dropped_chunks=tuple(sorted(current.dropped_chunks)),
+        manifest=manifest_path,
+        checkpoint=checkpoint_path,
+        pending_rows=pending_rows,
+        indexes=indexes,
+        message=message,
+        metadata=metadata or {},
+    )
+    if not put_commit_record(head, version):
+        for path in written:
+            storage.delete(path)
+        raise ConflictError(f"version {number} was committed by another writer first")
+    return version, chunks
+
+
+def put_commit_record(head: Snapshot, version: Version) -> bool:
+    """Create ``version``'s commit record; whether it is ours now.
+
+    A PUT can succeed on the server while its response is lost: the client retries
+    and is told the record exists, or gives up with an error. Either way the record
+    is read back, and if it carries this attempt's transaction id the commit
+    happened. An error that leaves it unknown is raised without cleaning anything up.
+    """
+    storage = head.storage
+    path = layout.version_record(version.number)
+    data = version.model_dump_json(indent=1).encode()
+    try:
+        if storage.put_if_absent(path, data):
+            return True
+    except StorageError:
+        if _is_ours(head, version):
+            return True
+        raise
+    return _is_ours(head, version)
+
+
+def _is_ours(head: Snapshot, version: Version) -> bool:
+    try:
+        record = log.read_record(head.storage, version.number)
+    except VersionNotFoundError:
+        return False
+    return isinstance(record, Version) and record.transaction == version.transaction
+
+
+def catch_up(head: Snapshot) -> tuple[Snapshot, set[Any], set[str]]:
+    """The newest head, and the keys and chunks the commits since ``head`` changed and dropped.
+
+    Raises:
+        ConflictError: one of those commits was expired by gc before it could be checked.
+    """
+    touched: set[Any] = set()
+    dropped: set[str] = set()
+    start = head.version.number
+    latest = head.version
+    for number in (n for n in log.version_numbers(head.storage) if n > start):
+        record = log.read_record(head.storage, number)
+        if isinstance(record, ExpiredVersion):
+            raise ConflictError(
+                f"version {number}, committed while this store was at version {start}, has since been expired "
+                "by gc, so this write cannot be checked against it; nothing was committed. Retry the write."
+            )
+        if record.manifest is not None:
+            delta = log.read_manifest_file(head.storage, head.config, record.manifest, delta=True)
+            touched.update(query.touched_keys(delta))
+        dropped.update(record.dropped_chunks)
+        latest = record
+    return head.successor(latest, None, None), touched, dropped
+
+
+def _next_index(head: Snapshot, current: Plan) -> KeyIndex | None:
+    """The head's key index updated by one merge, if the head had built one."""
+    index = head.built_index
+    if index is None:
+        return None
+    dropped_ids = [number for number, name in enumerate(index.chunks) if name in current.dropped_chunks]
+    removed = np.flatnonzero(np.isin(index.chunk_ids, np.array(dropped_ids, dtype=np.uint32)))
+    rows = current.rows
+    return index.with_changes(
+        removed, rows.column("key_hash").to_numpy(), rows.column("chunk").to_pylist(), rows.column("row").to_numpy()
+    )
+
+
+def _count_changes(current: Plan) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for split, kind in zip(current.rows.column("split").to_pylist(), current.kinds()):
+        if kind == ChangeKind.ADDED:
+            counts[split] = counts.get(split, 0) + 1
+    for split in current.deleted.splits:
+        counts[split] = counts.get(split, 0) - 1
+    return counts
+
+
+def _fingerprint_change(current: Plan) -> int:
+    """What the version adds to its parent's fingerprint (modulo 2**128)."""
+    keys = current.rows.column("key").to_pylist()
+    contents = current.rows.column("content_hash").to_pylist()
+    entering = [i for i, kind in enumerate(current.kinds()) if kind != ChangeKind.MOVED]
+    return (
+        hashing.fingerprint_sum([keys[i] for i in entering], [contents[i] for i in entering])
+        - hashing.fingerprint_sum(current.replaced.keys, current.replaced.content_hashes)
+        - hashing.fingerprint_sum(current.deleted.keys, current.deleted.content_hashes)
+    )
+
+
+def _delta(key_type: str, number: int, current: Plan) -> pa.Table:
+    rows, deleted = current.rows, current.deleted
+    columns = {
+        "key": rows.column("key").to_pylist() + deleted.keys,
+        "key_hash": np.concatenate([rows.column("key_hash").to_numpy(), hashing.key_hashes(deleted.keys)]),
+        "content_hash": rows.column("content_hash").to_pylist() + deleted.content_hashes,
+        "split": rows.column("split").to_pylist() + deleted.splits,
+        "chunk": rows.column("chunk").to_pylist() + [""] * len(deleted),
+        "row": np.concatenate([rows.column("row").to_numpy(), np.zeros(len(deleted), dtype=np.uint32)]),
+    }
+    changes = [ChangeKind(kind) for kind in current.kinds()] + [ChangeKind.DELETED] * len(deleted)
+    return manifest_format.make_delta(key_type, number, columns, changes)
+
+
+def _version_chunks(
+    parent_chunks: dict[str, list[ChunkInfo]], current: Plan, moves: StagedFragment | None
+) -> dict[str, list[ChunkInfo]]:
+    added: dict[str, list[ChunkInfo]] = {split: list(listed) for split, listed in current.staged_chunks.items()}
+    if moves is not None:
+        for split, listed in moves.chunks.items():
+            added.setdefault(split, []).extend(listed)
+    result: dict[str, list[ChunkInfo]] = {}
+    for split in sorted(set(parent_chunks) | set(added)):
+        kept = [chunk for chunk in parent_chunks.get(split, []) if chunk.filename not in current.dropped_chunks]
+        result[split] = kept + added.get(split, [])
+    return result

@@ -1,0 +1,183 @@
+"""The version log: reading commit records, tags, split indexes and manifests of a store.
+
+Everything here reads what committed writers left and trusts none of it: a damaged
+or crafted file raises :class:`~litstore.errors.IntegrityError` naming it, never a
+parsing library's own error, and every file name read from metadata is checked
+against :mod:`litstore.format.layout` before it is used.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pydantic
+
+from litstore._litdata.index import ChunkInfo, parse_index_document
+from litstore.errors import IntegrityError, VersionNotFoundError
+from litstore.format import layout
+from litstore.format import manifest as manifest_format
+from litstore.format.models import COMMIT_RECORD, ExpiredVersion, StoreConfig, Tag, Version, check_tag_name
+from litstore.storage import MissingFileError, Storage
+
+
+def version_numbers(storage: Storage) -> list[int]:
+    """The numbers of every commit record (live or tombstone), ascending."""
+    return layout.version_numbers(storage.names(layout.VERSIONS))
+
+
+def read_record(storage: Storage, number: int) -> Version | ExpiredVersion:
+    """``versions/<number>.json``: a live commit record or a gc tombstone.
+
+    Raises:
+        VersionNotFoundError: there is no such record.
+        IntegrityError: the record is damaged, or is not the record of ``number``.
+    """
+    path = layout.version_record(number)
+    try:
+        data = storage.read(path)
+    except MissingFileError as exc:
+        raise VersionNotFoundError(f"version {number} does not exist") from exc
+    try:
+        record = COMMIT_RECORD.validate_json(data)
+    except pydantic.ValidationError as exc:
+        raise IntegrityError(f"commit record {path} is damaged: {_first_error(exc)}") from exc
+    if record.number != number:
+        raise IntegrityError(f"commit record {path} says it is version {record.number}")
+    return record
+
+
+def read_version(storage: Storage, number: int) -> Version:
+    """The commit record of version ``number``.
+
+    Raises:
+        VersionNotFoundError: there is no such version, or gc expired it.
+        IntegrityError: the record is damaged.
+    """
+    record = read_record(storage, number)
+    if isinstance(record, ExpiredVersion):
+        raise VersionNotFoundError(f"version {number} was expired by gc at {record.expired_at:%Y-%m-%d %H:%M} UTC")
+    return record
+
+
+def read_chunks(storage: Storage, version: Version) -> dict[str, list[ChunkInfo]]:
+    """The chunks each split's litdata index lists, every name checked against the layout.
+
+    Raises:
+        IntegrityError: an index is damaged or names a file that is not a chunk of this store.
+    """
+    chunks: dict[str, list[ChunkInfo]] = {}
+    for split, path in version.indexes.items():
+        listed = parse_index_document(storage.read(path), path)
+        for chunk in listed:
+            try:
+                layout.check_chunk(chunk.filename)
+            except ValueError as exc:
+                raise IntegrityError(f"index {path} is damaged: {exc}") from exc
+        chunks[split] = listed
+    return chunks
+
+
+def read_manifest_file(storage: Storage, config: StoreConfig, path: str, delta: bool) -> pa.Table:
+    """A manifest delta (``delta=True``) or checkpoint, with its chunk names checked.
+
+    Raises:
+        IntegrityError: the file is damaged or names a chunk outside the layout.
+    """
+    table = manifest_format.from_parquet(storage.read(path), path, config.key_type, delta)
+    for name in table.column("chunk").unique().to_pylist():
+        if name == "" and delta:
+            continue  # deleted rows have no chunk
+        try:
+            layout.check_chunk(name)
+        except ValueError as exc:
+            raise IntegrityError(f"manifest file {path} is damaged: {exc}") from exc
+    return table
+
+
+def checkpoint_of(version: Version, manifest_names: set[str]) -> str | None:
+    """The full-manifest checkpoint of ``version``: written with its commit or later by gc."""
+    if version.checkpoint is not None:
+        return version.checkpoint
+    if version.transaction is None:
+        return None
+    path = layout.manifest_checkpoint(version.number, version.transaction)
+    return path if path.removeprefix(f"{layout.MANIFESTS}/") in manifest_names else None
+
+
+def compose_manifest(storage: Storage, config: StoreConfig, number: int) -> pa.Table:
+    """The manifest of version ``number``: the newest checkpoint at or below it, then deltas."""
+    from litstore import query
+
+    checkpoints = set(storage.names(layout.MANIFESTS))
+    pending: list[str] = []
+    checkpoint = None
+    while number > 0:
+        version = read_version(storage, number)
+        path = checkpoint_of(version, checkpoints)
+        if path is not None:
+            checkpoint = read_manifest_file(storage, config, path, delta=False)
+            break
+        if version.manifest is not None:
+            pending.append(version.manifest)
+        number -= 1
+    deltas = [read_manifest_file(storage, config, path, delta=True) for path in reversed(pending)]
+    return query.compose(config.key_type, checkpoint, deltas)
+
+
+def write_checkpoint(storage: Storage, config: StoreConfig, version: Version, full: pa.Table | None = None) -> str:
+    """Write the full manifest of ``version`` (composed if not given) to its checkpoint path."""
+    assert version.transaction is not None, "version 0 has no manifest to checkpoint"
+    if full is None:
+        full = compose_manifest(storage, config, version.number)
+    path = layout.manifest_checkpoint(version.number, version.transaction)
+    storage.write(path, manifest_format.to_parquet(full))
+    return path
+
+
+def tag_names(storage: Storage) -> list[str]:
+    """The names of every tag."""
+    return [name.removesuffix(".json") for name in storage.names(layout.TAGS) if name.endswith(".json")]
+
+
+def read_tag(storage: Storage, name: str) -> Tag:
+    """Tag ``name``.
+
+    Raises:
+        VersionNotFoundError: there is no such tag (or the name is not a valid tag name).
+        IntegrityError: the tag file is damaged.
+    """
+    try:
+        check_tag_name(name)
+    except ValueError as exc:
+        raise VersionNotFoundError(f"there is no tag {name!r}: {exc}") from exc
+    path = layout.tag(name)
+    try:
+        data = storage.read(path)
+    except MissingFileError as exc:
+        raise VersionNotFoundError(f"there is no tag {name!r}; tags: {sorted(tag_names(storage))}") from exc
+    try:
+        tag = Tag.model_validate_json(data)
+    except pydantic.ValidationError as exc:
+        raise IntegrityError(f"tag file {path} is damaged: {_first_error(exc)}") from exc
+    if tag.name != name:
+        raise IntegrityError(f"tag file {path} says it is tag {tag.name!r}")
+    return tag
+
+
+def read_config(storage: Storage) -> StoreConfig:
+    """``litstore.json``.
+
+    Raises:
+        MissingFileError: there is none.
+        IntegrityError: it is damaged or of a newer format.
+    """
+    data = storage.read(layout.CONFIG)
+    try:
+        return StoreConfig.model_validate_json(data)
+    except pydantic.ValidationError as exc:
+        raise IntegrityError(f"store config {layout.CONFIG} is damaged: {_first_error(exc)}") from exc
+
+
+def _first_error(exc: pydantic.ValidationError) -> str:
+    error = exc.errors()[0]
+    where = ".".join(str(part) for part in error["loc"]) or "document"
+    return f"{where}: {error['msg']}"

@@ -1,0 +1,238 @@
+"""Planning a commit: what a new version adds, replaces, deletes, moves and drops.
+
+Deletions and replacements are copy-on-write at chunk level: a chunk that loses any
+row leaves the new version, and its remaining live rows are *moved* (their stored
+bytes copied unchanged) into a new fragment. That holds for the parent's chunks and
+for staged chunks alike (an upsert whose record turns out unchanged leaves its staged
+chunk). A version's chunks therefore never contain holes, so streaming it reads
+every byte it downloads, and older versions keep reading their own chunks untouched.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from litstore import query
+from litstore.errors import DuplicateKeyError, KeyNotFoundError, SplitError, describe
+from litstore.format import hashing
+from litstore.format.manifest import MANIFEST_COLUMNS, ChangeKind, schema
+from litstore.txn.records import Batch
+from litstore.txn.stage import StagedFragment
+
+if TYPE_CHECKING:
+    from litstore.snapshot import Snapshot
+
+Mode = Literal["append", "upsert"]
+
+
+@dataclass(frozen=True)
+class Removal:
+    """Records leaving the live set: their keys, content hashes and splits."""
+
+    keys: list[Any] = field(default_factory=list)
+    content_hashes: list[bytes] = field(default_factory=list)
+    splits: list[str] = field(default_factory=list)
+
+    @classmethod
+    def of(cls, rows: pa.Table) -> Removal:
+        return cls(
+            rows.column("key").to_pylist(), rows.column("content_hash").to_pylist(), rows.column("split").to_pylist()
+        )
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Everything a new version changes relative to its parent.
+
+    Attributes:
+        rows: the delta rows of every record the version writes (manifest columns
+            plus ``change``: added, replaced or moved), located where they are now.
+        relocate: for each of ``rows``, whether its chunk is dropped, so its bytes
+            must be copied into a new fragment before committing.
+        replaced, deleted: the parent's records that leave.
+        dropped_chunks: chunks of the parent the version no longer lists.
+        staged_chunks: the staged chunks the version lists, per split.
+    """
+
+    rows: pa.Table
+    relocate: np.ndarray
+    replaced: Removal
+    deleted: Removal
+    dropped_chunks: frozenset[str]
+    staged_chunks: dict[str, list[Any]]
+
+    @property
+    def empty(self) -> bool:
+        return not self.rows.num_rows and not len(self.deleted)
+
+    def kinds(self) -> list[str]:
+        return list(self.rows.column("change").to_pylist())
+
+    def touched_keys(self) -> set[Any]:
+        """Keys this version adds, replaces or deletes (not those it only moves)."""
+        entering = pc.not_equal(self.rows.column("change"), str(ChangeKind.MOVED))
+        return set(self.rows.filter(entering).column("key").to_pylist()) | set(self.deleted.keys)
+
+
+def plan(
+    parent: Snapshot,
+    fragments: Sequence[StagedFragment],
+    mode: Mode,
+    deletes: Sequence[Any] = (),
+    missing_ok: bool = False,
+) -> Plan:
+    """Plan publishing ``fragments`` and deleting ``deletes`` on top of ``parent``.
+
+    ``append`` refuses keys the parent has; ``upsert`` replaces them, skips records
+    whose content is unchanged, and refuses to move a key to another split.
+
+    Raises:
+        DuplicateKeyError: a key is staged twice, staged and deleted, or (append) already live.
+        SplitError: (upsert) a replacement would move a key to another split.
+        KeyNotFoundError: a key to delete is not live and ``missing_ok`` is false.
+    """
+    key_type = parent.config.key_type
+    staged = _staged_rows(fragments, key_type)
+    staged_keys = staged.column("key")
+    twice = query.duplicate_keys(staged)
+    if twice:
+        raise DuplicateKeyError(f"{len(twice)} keys are staged more than once: {describe(twice)}")
+    skipped = np.zeros(staged.num_rows, dtype=bool)
+    kinds = np.full(staged.num_rows, 0, dtype=np.int8)  # 0 added, 1 replaced
+    leaving: list[pa.Table] = []
+    replaced = Removal()
+    if mode == "append":
+        existing = parent.existing_keys(staged_keys.to_pylist())
+        if existing:
+            raise DuplicateKeyError(
+                f"{len(existing)} keys are already in the store (append never replaces; use upsert): "
+                f"{describe(existing)}"
+            )
+    elif staged.num_rows:
+        found = query.rows_for_keys(parent.manifest(), staged_keys)
+        positions = found.column("position").to_numpy()
+        same = np.asarray(
+            pc.equal(found.column("content_hash"), staged.column("content_hash").take(positions)), dtype=bool
+        )
+        skipped[positions[same]] = True
+        changed = found.filter(pa.array(~same))
+        changed_positions = changed.column("position").to_numpy()
+        new_splits = staged.column("split").take(changed_positions).to_pylist()
+        moving = [
+            (key, old, new)
+            for key, old, new in zip(changed.column("key").to_pylist(), changed.column("split").to_pylist(), new_splits)
+            if old != new
+        ]
+        if moving:
+            shown = ", ".join(f"{key!r} ({old} -> {new})" for key, old, new in moving[:5])
+            raise SplitError(
+                f"{len(moving)} records would move to another split, which would leak data between splits: {shown}"
+            )
+        kinds[changed_positions] = 1
+        replaced = Removal.of(changed)
+        leaving.append(changed)
+    deleted = Removal()
+    if deletes:
+        unique = list(dict.fromkeys(deletes))
+        valid = [key for key in unique if hashing.is_key(key, key_type)]
+        found = query.rows_for_keys(parent.manifest(), pa.array(valid, staged.schema.field("key").type))
+        present = set(found.column("key").to_pylist())
+        missing = [key for key in unique if not hashing.is_key(key, key_type) or key not in present]
+        if missing and not missing_ok:
+            raise KeyNotFoundError(
+                f"{len(missing)} of {len(unique)} keys to delete are not in the store: {describe(missing)}"
+            )
+        both = present & set(staged_keys.to_pylist())
+        if both:
+            raise DuplicateKeyError(
+                f"{len(both)} keys are both written and deleted: {describe(sorted(both, key=repr))}"
+            )
+        deleted = Removal.of(found)
+        leaving.append(found)
+    dropped = frozenset(name for table in leaving for name in table.column("chunk").to_pylist())
+    staged_dropped = set(staged.filter(pa.array(skipped)).column("chunk").to_pylist())
+    entering = staged.filter(pa.array(~skipped))
+    entering_kinds = [str(ChangeKind.REPLACED if kind else ChangeKind.ADDED) for kind in kinds[~skipped].tolist()]
+    moved = _survivors(parent, dropped, set(replaced.keys) | set(deleted.keys))
+    rows = pa.concat_tables(
+        [
+            entering.append_column("change", pa.array(entering_kinds, pa.string())),
+            moved.append_column("change", pa.array([str(ChangeKind.MOVED)] * moved.num_rows, pa.string())),
+        ]
+    )
+    relocate = np.asarray(pc.is_in(rows.column("chunk"), pa.array(sorted(dropped | staged_dropped), pa.string())))
+    staged_chunks: dict[str, list[Any]] = {}
+    for fragment in fragments:
+        for split, chunks in fragment.chunks.items():
+            kept = [chunk for chunk in chunks if chunk.filename not in staged_dropped]
+            staged_chunks.setdefault(split, []).extend(kept)
+    return Plan(rows, relocate.astype(bool), replaced, deleted, dropped, staged_chunks)
+
+
+def refuse_existing(parent: Snapshot, batch: Batch) -> None:
+    """Raise :class:`DuplicateKeyError` naming the batch's keys that ``parent`` already holds."""
+    existing = parent.existing_keys(batch.keys)
+    if existing:
+        positions = {key: position for position, key in enumerate(batch.keys)}
+        raise DuplicateKeyError(
+            f"{len(existing)} keys are already in the store (append never replaces; use upsert): {describe(existing)}",
+            [(positions[key], key) for key in existing],
+        )
+
+
+def without_unchanged(parent: Snapshot, batch: Batch) -> Batch:
+    """``batch`` less the records whose content ``parent`` already holds under the same key.
+
+    Raises:
+        SplitError: a changed record would move its key to another split.
+    """
+    if not len(batch):
+        return batch
+    key_type = parent.manifest().schema.field("key").type
+    found = query.rows_for_keys(parent.manifest(), pa.array(batch.keys, key_type))
+    positions = found.column("position").to_numpy()
+    keep = np.ones(len(batch), dtype=bool)
+    moving: list[tuple[int, Any, str, str]] = []
+    for position, content, split in zip(
+        positions.tolist(), found.column("content_hash").to_pylist(), found.column("split").to_pylist()
+    ):
+        if content == batch.content_hashes[position]:
+            keep[position] = False
+        elif split != batch.splits[position]:
+            moving.append((position, batch.keys[position], split, batch.splits[position]))
+    if moving:
+        shown = [f"{key!r} ({old} -> {new})" for _, key, old, new in moving]
+        raise SplitError(
+            f"{len(moving)} records would move to another split, which would leak data between splits: "
+            + ", ".join(shown[:5])
+            + (f" and {len(shown) - 5} more" if len(shown) > 5 else ""),
+            [(position, key) for position, key, _, _ in moving],
+        )
+    return batch.select(keep) if not keep.all() else batch
+
+
+def _staged_rows(fragments: Sequence[StagedFragment], key_type: str) -> pa.Table:
+    tables = [fragment.rows.cast(schema(key_type)) for fragment in fragments]
+    return pa.concat_tables(tables) if tables else schema(key_type).empty_table()
+
+
+def _survivors(parent: Snapshot, dropped: frozenset[str], leaving: set[Any]) -> pa.Table:
+    """The parent's live rows in ``dropped`` chunks that stay in the new version."""
+    if not dropped:
+        return schema(parent.config.key_type).empty_table()
+    survivors = query.rows_in_chunks(parent.manifest(), sorted(dropped))
+    if leaving:
+        staying = pc.invert(
+            pc.is_in(survivors.column("key"), pa.array(list(leaving), survivors.schema.field("key").type))
+        )
+        survivors = survivors.filter(staying)
+    return survivors.select(list(MANIFEST_COLUMNS)).cast(schema(parent.config.key_type))
