@@ -3,6 +3,12 @@
 Composition of versions, diffs, the joins of ``verify`` and the user's ``sql()`` all
 run here, on Arrow tables of the columns described in :mod:`litstore.format.manifest`.
 DuckDB is imported on first use, not with litstore.
+
+:func:`query` (which runs the user's ``sql()``) uses a sandboxed connection: no
+file system or network access (``COPY ... TO``, ``read_text``, ``ATTACH``,
+``INSTALL``/``LOAD`` all fail), no lookup of Python variables by name, and the
+configuration locked so that the query cannot lift those limits. It sees only the
+tables it is given.
 """
 
 from __future__ import annotations
@@ -56,15 +62,22 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(name)
 
 
+#: DuckDB settings of the connection :func:`query` runs on: see the module docstring.
+SANDBOX = {"enable_external_access": False, "python_enable_replacements": False, "lock_configuration": True}
+
+
 def query(sql: str, tables: dict[str, pa.Table]) -> pa.Table:
     """Run ``sql`` with each of ``tables`` visible under its name; returns an Arrow table.
 
+    The query runs in the sandbox of the module docstring: it reads only ``tables``
+    and writes nothing outside DuckDB's memory.
+
     Raises:
-        duckdb.Error: the query is invalid (callers translate it).
+        duckdb.Error: the query is invalid or tried to leave the sandbox (callers translate it).
     """
     import duckdb
 
-    with duckdb.connect() as connection:
+    with duckdb.connect(config=dict(SANDBOX)) as connection:
         for name, table in tables.items():
             connection.register(name, table)
         return connection.sql(sql).to_arrow_table()

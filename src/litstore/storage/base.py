@@ -72,11 +72,14 @@ class Storage(ABC):
 
     @abstractmethod
     def read(self, path: str) -> bytes:
-        """The whole file. Raises :class:`MissingFileError` if it does not exist."""
+        """The whole file. Raises :class:`MissingFileError` if there is no file (a directory is none)."""
 
     @abstractmethod
     def read_range(self, path: str, start: int, end: int) -> bytes:
-        """Bytes ``[start, end)`` of the file (fewer if it is shorter)."""
+        """Bytes ``[start, end)`` of the file: fewer if it is shorter, ``b""`` if ``end <= start``.
+
+        Raises :class:`MissingFileError` if there is no file.
+        """
 
     @abstractmethod
     def write(self, path: str, data: bytes) -> None:
@@ -88,15 +91,22 @@ class Storage(ABC):
 
     @abstractmethod
     def exists(self, path: str) -> bool:
-        """Whether the file exists."""
+        """Whether the file exists (a directory is not a file)."""
 
     @abstractmethod
     def names(self, prefix: str) -> list[str]:
-        """Sorted names of the entries directly under directory ``prefix`` (``""``: the root)."""
+        """Sorted names of the files and directories directly under ``prefix`` (``""``: the root).
+
+        A missing prefix, or a file, has no entries: ``[]``.
+        """
 
     @abstractmethod
     def walk(self, prefix: str) -> list[FileInfo]:
-        """Every file under directory ``prefix``, at any depth (temporary files excluded)."""
+        """Every file under directory ``prefix`` at any depth, in no particular order; ``[]`` if none.
+
+        Temporary files of unfinished writes are excluded. ``prefix`` cannot be ``""``:
+        nothing walks (or, through :meth:`delete_tree`, deletes) a whole root.
+        """
 
     @abstractmethod
     def delete(self, path: str) -> None:
@@ -109,14 +119,17 @@ class Storage(ABC):
 
     def temporary_files(self, prefix: str) -> list[FileInfo]:
         """Files under ``prefix`` left by writes that never finished (for gc); none by default."""
+        check_path(prefix)
         return []
 
     def local_path(self, path: str) -> str | None:
         """The local file system path of the file, if the backend has one (litdata then reads it in place)."""
+        check_path(path)
         return None
 
     def mapped(self, path: str) -> mmap.mmap | bytes | None:
         """The whole file memory-mapped, if the backend can (then reads are slices); else ``None``."""
+        check_path(path)
         return None
 
     @contextmanager
@@ -124,8 +137,10 @@ class Storage(ABC):
         """A local directory whose files become the files under ``prefix`` when the block ends.
 
         litdata's writer writes to a local directory; this is how its output reaches
-        any backend. By default a temporary directory uploaded file by file.
+        any backend. By default a temporary directory uploaded file by file. If the
+        block raises, some of its files may have been published (locally all of them).
         """
+        check_path(prefix)  # refuse before the caller writes anything
         directory = tempfile.mkdtemp(prefix="litstore-stage-")
         try:
             yield directory

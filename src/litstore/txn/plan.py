@@ -107,7 +107,7 @@ def plan(
     if twice:
         raise DuplicateKeyError(f"{len(twice)} keys are staged more than once: {describe(twice)}")
     skipped = np.zeros(staged.num_rows, dtype=bool)
-    kinds = np.full(staged.num_rows, 0, dtype=np.int8)  # 0 added, 1 replaced
+    replacing = np.zeros(staged.num_rows, dtype=bool)
     leaving: list[pa.Table] = []
     replaced = Removal()
     if mode == "append":
@@ -137,7 +137,7 @@ def plan(
             raise SplitError(
                 f"{len(moving)} records would move to another split, which would leak data between splits: {shown}"
             )
-        kinds[changed_positions] = 1
+        replacing[changed_positions] = True
         replaced = Removal.of(changed)
         leaving.append(changed)
     deleted = Removal()
@@ -161,7 +161,7 @@ def plan(
     dropped = frozenset(name for table in leaving for name in table.column("chunk").to_pylist())
     staged_dropped = set(staged.filter(pa.array(skipped)).column("chunk").to_pylist())
     entering = staged.filter(pa.array(~skipped))
-    entering_kinds = [str(ChangeKind.REPLACED if kind else ChangeKind.ADDED) for kind in kinds[~skipped].tolist()]
+    entering_kinds = [str(ChangeKind.REPLACED if kind else ChangeKind.ADDED) for kind in replacing[~skipped].tolist()]
     moved = _survivors(parent, dropped, set(replaced.keys) | set(deleted.keys))
     rows = pa.concat_tables(
         [
