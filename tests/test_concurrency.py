@@ -77,7 +77,7 @@ class Pool:
 @pytest.fixture(scope="module")
 def pool() -> Iterator[Pool]:
     context = multiprocessing.get_context("spawn")
-    barriers = {parties: context.Barrier(parties, timeout=TIMEOUT) for parties in (2, WORKERS)}
+    barriers = {parties: context.Barrier(parties, timeout=TIMEOUT) for parties in (2, 3, WORKERS)}
     tasks = [context.Queue() for _ in range(WORKERS)]
     results = context.Queue()
     processes = [context.Process(target=_serve, args=(tasks[i], results, barriers)) for i in range(WORKERS)]
@@ -145,6 +145,19 @@ def _delete_batches(worker: int, root: str, keys: list[int], per_batch: int) -> 
     for start in range(0, len(keys), per_batch):
         versions.append(store.delete([f"k{i:03d}" for i in keys[start : start + per_batch]]).number)
     return worker, versions
+
+
+def _upsert_for(worker: int, root: str, seconds: float, parties: int) -> tuple[int, int]:
+    """Upsert this worker's own keys, one small batch per commit, for ``seconds``; how many committed."""
+    store = litstore.open(root)
+    _barriers[parties].wait()
+    deadline = time.monotonic() + seconds
+    commits = 0
+    while time.monotonic() < deadline:
+        keys = [f"w{worker}-{(commits * 3 + i) % 40:02d}" for i in range(3)]
+        store.upsert([{"id": key, "worker": worker, "commit": commits, "text": "x" * 60} for key in keys])
+        commits += 1
+    return worker, commits
 
 
 def _base_record(i: int, rev: int = 0) -> Record:
@@ -246,3 +259,25 @@ def test_concurrent_upsert_and_delete_of_disjoint_keys_both_land(pool: Pool, tmp
     assert not before_chunks & {chunk.filename for chunk in store.chunks()["train"]}  # all rewritten
     for number in range(1, 10):
         assert store.verify(number).ok
+
+
+def test_writers_upserting_disjoint_keys_in_a_loop_all_make_progress(pool: Pool, tmp_path: Path) -> None:
+    """No writer starves: each commits at least a quarter of the mean number of commits."""
+    root = str(tmp_path / "store")
+    store = litstore.Store.create(root, chunk_bytes=2048)  # small chunks: upserts rewrite shared chunks
+    writers, seconds = 3, 8.0
+    store.upsert(
+        [
+            {"id": f"w{w}-{i:02d}", "worker": w, "commit": -1, "text": "x" * 60}
+            for w in range(writers)
+            for i in range(40)
+        ]
+    )
+    commits = pool.run([(_upsert_for, (root, seconds, writers))] * writers)
+
+    mean = sum(commits) / writers
+    print(f"commits per writer in {seconds:.0f} s: {commits} (min {min(commits)}, max {max(commits)}, mean {mean:.1f})")
+    assert min(commits) >= 0.25 * mean, f"a writer starved: {commits}"
+    store = litstore.open(root)
+    assert store.version.number == 1 + sum(commits)
+    assert store.verify().ok

@@ -7,7 +7,7 @@ kills itself with SIGKILL at a chosen step:
   ``delete``, ``delete_tree``), just before or just after performing it. The
   counting happens in :class:`KillingStorage`, a proxy for ``store.storage`` that
   forwards every method of the ``Storage`` protocol;
-- at the N-th chunk file litdata writes (``_FragmentWriter.write_chunk_to_file``):
+- at the N-th chunk file written (``litstore._litdata.writer.write_chunk_file``):
   before it, after it, or half-way through (a torn chunk file).
 
 The number of steps of each write is learned first by running it, uninterrupted,
@@ -112,29 +112,29 @@ class KillingStorage:
 
 @contextmanager
 def counting_chunk_writes(kill_at: int | None = None, when: str = "before") -> Iterator[list[str]]:
-    """Count (and maybe die at) litdata's chunk file writes in this process."""
-    original = litdata_writer._FragmentWriter.write_chunk_to_file
+    """Count (and maybe die at) the chunk files litstore writes in this process."""
+    original = litdata_writer.write_chunk_file
     written: list[str] = []
 
-    def write_chunk_to_file(self: Any, raw_data: bytes, filename: str, compress: bool | None = None) -> None:
+    def write_chunk_file(directory: str, filename: str, data: bytes | bytearray) -> None:
         written.append(filename)
         if len(written) == kill_at:
             if when == "before":
                 os.kill(os.getpid(), signal.SIGKILL)
             if when == "torn":
-                with open(os.path.join(self._cache_dir, filename), "wb") as out:
-                    out.write(raw_data[: len(raw_data) // 2])
+                with open(os.path.join(directory, filename), "wb") as out:
+                    out.write(data[: len(data) // 2])
                     out.flush()
                 os.kill(os.getpid(), signal.SIGKILL)
-        original(self, raw_data, filename, compress)
+        original(directory, filename, data)
         if len(written) == kill_at and when == "after":
             os.kill(os.getpid(), signal.SIGKILL)
 
-    litdata_writer._FragmentWriter.write_chunk_to_file = write_chunk_to_file  # type: ignore[method-assign]
+    litdata_writer.write_chunk_file = write_chunk_file  # type: ignore[assignment]
     try:
         yield written
     finally:
-        litdata_writer._FragmentWriter.write_chunk_to_file = original  # type: ignore[method-assign]
+        litdata_writer.write_chunk_file = original  # type: ignore[assignment]
 
 
 # -- the store and the writes --------------------------------------------------------

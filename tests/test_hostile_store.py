@@ -48,7 +48,7 @@ class Planted:
 
     root: Path
     outside: Path
-    expected: dict[str, Record]  # the latest version's records
+    expected: dict[Any, Record]  # the latest version's records
 
     def record_path(self, number: int) -> Path:
         return self.root / layout.version_record(number)
@@ -61,7 +61,7 @@ class Planted:
         self.record_path(number).write_text(json.dumps({**self.record(number), **changes}))
 
     def index_path(self, number: int) -> Path:
-        return self.root / self.record(number)["indexes"]["train"]
+        return self.root / str(self.record(number)["indexes"]["train"])
 
     def live_chunk(self) -> str:
         return str(json.loads(self.index_path(3).read_bytes())["chunks"][0]["filename"])
@@ -147,53 +147,211 @@ def _linked_chunk(planted: Planted) -> None:
     chunk.symlink_to(planted.outside / chunk.name)
 
 
-#: name -> how to plant it. The metadata cases name files outside the root in a commit
-#: record, an index or a manifest; litstore refuses the name before it opens anything.
-METADATA_CASES: dict[str, Callable[[Planted], None]] = {
-    "latest record: transaction with ../": lambda p: p.rewrite_record(3, transaction="../../outside/aaaaaaaaaa"),
-    "latest record: manifest outside": lambda p: p.rewrite_record(3, manifest="../outside/x.parquet"),
-    "latest record: absolute index": lambda p: p.rewrite_record(3, indexes={"train": str(p.outside / "secret.txt")}),
-    "old record: transaction with ../": lambda p: p.rewrite_record(1, transaction="../../outside/aaaaaaaaaa"),
-    "old record: manifest outside": lambda p: p.rewrite_record(1, manifest="../outside/x.parquet"),
-    "old record: absolute index": lambda p: p.rewrite_record(1, indexes={"train": "/etc/passwd"}),
-    "index: absolute chunk": lambda p: _edit_index(p, 3, str(p.outside / "secret.txt")),
-    "index: /dev/zero chunk": lambda p: _edit_index(p, 3, "/dev/zero"),
-    "index: ../x chunk": lambda p: _edit_index(p, 3, "../x"),
-    "index: chunk escaping fragments/": lambda p: _edit_index(p, 3, "fragments/../../outside/secret.txt"),
-    "old index: absolute chunk": lambda p: _edit_index(p, 1, str(p.outside / "secret.txt")),
-    "manifest: chunk outside": lambda p: _edit_manifests(p, "../outside/secret.txt"),
-    "manifest: absolute chunk": lambda p: _edit_manifests(p, str(p.outside / "secret.txt")),
+STEPS = ("open", "lookup", "items", "versions", "verify", "dataset", "gc")
+_ALL = dict.fromkeys(STEPS, "IntegrityError")
+
+
+def _failing(error: str, *steps: str) -> dict[str, str]:
+    """The outcome of every step: ``error`` for ``steps``, "ok" for the others."""
+    return {step: error if step in steps else "ok" for step in STEPS}
+
+
+#: name -> (how to plant it, what each step must do). These name files outside the root
+#: in a commit record, an index or a manifest: litstore refuses the name before it opens
+#: anything; what does not read the damaged file works.
+METADATA_CASES: dict[str, tuple[Callable[[Planted], None], dict[str, str]]] = {
+    "latest record: transaction with ../": (lambda p: p.rewrite_record(3, transaction="../../outside/aaaa"), _ALL),
+    "latest record: manifest outside": (lambda p: p.rewrite_record(3, manifest="../outside/x.parquet"), _ALL),
+    "latest record: absolute index": (
+        lambda p: p.rewrite_record(3, indexes={"train": str(p.outside / "secret.txt")}),
+        _ALL,
+    ),
+    "old record: transaction with ../": (
+        lambda p: p.rewrite_record(1, transaction="../../outside/aaaa"),
+        _failing("IntegrityError", "versions", "gc"),
+    ),
+    "old record: manifest outside": (
+        lambda p: p.rewrite_record(1, manifest="../outside/x.parquet"),
+        _failing("IntegrityError", "versions", "gc"),
+    ),
+    "old record: absolute index": (
+        lambda p: p.rewrite_record(1, indexes={"train": "/etc/passwd"}),
+        _failing("IntegrityError", "versions", "gc"),
+    ),
+    "index: absolute chunk": (
+        lambda p: _edit_index(p, 3, str(p.outside / "secret.txt")),
+        _failing("IntegrityError", "verify", "dataset", "gc"),
+    ),
+    "index: /dev/zero chunk": (
+        lambda p: _edit_index(p, 3, "/dev/zero"),
+        _failing("IntegrityError", "verify", "dataset", "gc"),
+    ),
+    "index: ../x chunk": (lambda p: _edit_index(p, 3, "../x"), _failing("IntegrityError", "verify", "dataset", "gc")),
+    "index: chunk escaping fragments/": (
+        lambda p: _edit_index(p, 3, "fragments/../../outside/secret.txt"),
+        _failing("IntegrityError", "verify", "dataset", "gc"),
+    ),
+    "old index: absolute chunk": (
+        lambda p: _edit_index(p, 1, str(p.outside / "secret.txt")),
+        _failing("IntegrityError", "gc"),
+    ),
+    "manifests: chunk outside": (
+        lambda p: _edit_manifests(p, "../outside/secret.txt"),
+        _failing("IntegrityError", "lookup", "items", "versions", "verify"),
+    ),
+    "manifests: absolute chunk": (
+        lambda p: _edit_manifests(p, str(p.outside / "secret.txt")),
+        _failing("IntegrityError", "lookup", "items", "versions", "verify"),
+    ),
 }
 
-#: Cases where the names are the store's own but the files are not what they claim.
-FILE_CASES: dict[str, Callable[[Planted], None]] = {
-    "fragments/ links outside": lambda p: _relink(p, layout.FRAGMENTS),
-    "manifests/ links outside": lambda p: _relink(p, layout.MANIFESTS),
-    "versions/ links outside": lambda p: _relink(p, layout.VERSIONS),
-    "a chunk is a FIFO": _fifo_chunk,
-    "a chunk links outside": _linked_chunk,
+#: The names are the store's own, but the files are not what they claim to be.
+FILE_CASES: dict[str, tuple[Callable[[Planted], None], dict[str, str]]] = {
+    "fragments/ links outside": (
+        lambda p: _relink(p, layout.FRAGMENTS),
+        _failing("UnsafePathError", "lookup", "items", "verify", "dataset", "gc"),
+    ),
+    "manifests/ links outside": (
+        lambda p: _relink(p, layout.MANIFESTS),
+        _failing("UnsafePathError", "lookup", "items", "versions", "verify", "gc"),
+    ),
+    "versions/ links outside": (lambda p: _relink(p, layout.VERSIONS), dict.fromkeys(STEPS, "UnsafePathError")),
+    "a chunk is a FIFO": (_fifo_chunk, _failing("UnsafePathError", "lookup", "items", "verify", "dataset")),
+    "a chunk links outside": (_linked_chunk, _failing("UnsafePathError", "lookup", "items", "verify", "dataset")),
 }
 
 
-@pytest.mark.parametrize("case", sorted(METADATA_CASES))
-def test_metadata_naming_files_outside_the_root_is_refused(planted: Planted, case: str) -> None:
-    METADATA_CASES[case](planted)
+@pytest.mark.parametrize("case", sorted({**METADATA_CASES, **FILE_CASES}))
+def test_a_planted_store_never_reaches_outside_its_root(planted: Planted, case: str) -> None:
+    plant, expected = {**METADATA_CASES, **FILE_CASES}[case]
+    plant(planted)
     outside, store = tree_state(planted.outside), tree_state(planted.root)
 
     outcomes = _exercise(planted.root)
 
-    print(case, outcomes)
-    assert tree_state(planted.outside) == outside
+    # Streaming may refuse more than the other reads do (it may check items against the
+    # manifest), never less: it must fail typed wherever they fail on the same file.
+    streamed = outcomes.pop("dataset")
+    assert outcomes == {step: outcome for step, outcome in expected.items() if step != "dataset"}
+    if expected["dataset"] != "ok":
+        assert streamed != "ok"
+    assert tree_state(planted.outside) == outside, "a file outside the store root changed"
     if outcomes["gc"] != "ok":
         assert tree_state(planted.root) == store, "gc refused the store, yet changed it"
+    else:  # gc expired versions 1 and 2 and kept the latest intact
+        assert [version.number for version in litstore.open(planted.root).versions()] == [3]
+        assert (planted.outside / "secret.txt").read_bytes() == SECRET
 
 
-@pytest.mark.parametrize("case", sorted(FILE_CASES))
-def test_files_that_are_not_what_they_claim_are_refused(planted: Planted, case: str) -> None:
-    FILE_CASES[case](planted)
-    outside, store = tree_state(planted.outside), tree_state(planted.root)
+def test_gc_never_deletes_through_a_linked_folder(planted: Planted) -> None:
+    """Debris-like files in a folder outside, reached by a link from the store, all survive gc."""
+    debris = planted.root / layout.FRAGMENTS / "0123456789abcdef0123"
+    debris.mkdir()
+    (debris / "chunk-0123456789abcdef0123-0.bin").write_bytes(b"debris of a writer that never committed")
+    os.utime(debris / "chunk-0123456789abcdef0123-0.bin", (0, 0))
+    _relink(planted, layout.FRAGMENTS)
+    outside = tree_state(planted.outside)
+    assert any(name.endswith("chunk-0123456789abcdef0123-0.bin") for name in outside)
 
-    outcomes = _exercise(planted.root)
+    with pytest.raises(litstore.UnsafePathError):
+        litstore.open(planted.root).gc(keep_last=1, grace=timedelta(0))
+    with pytest.raises(litstore.UnsafePathError):
+        litstore.open(planted.root).gc()
 
-    print(case, outcomes)
     assert tree_state(planted.outside) == outside
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        pytest.param(lambda data: data[: len(data) // 2], id="truncated"),
+        pytest.param(lambda data: b"", id="empty"),
+        pytest.param(lambda data: b"\xff\xfe not json", id="not json"),
+        pytest.param(lambda data: b"[1, 2, 3]", id="a list"),
+        pytest.param(lambda data: data.replace(b'"key"', b'"kee"'), id="unknown field"),
+        pytest.param(lambda data: data.replace(b'"format_version": 1', b'"format_version": 99'), id="newer format"),
+    ],
+)
+def test_a_damaged_config_is_an_integrity_error(planted: Planted, damage: Callable[[bytes], bytes]) -> None:
+    config = planted.root / layout.CONFIG
+    config.write_bytes(damage(config.read_bytes()))
+    store = tree_state(planted.root)
+
+    with pytest.raises(litstore.IntegrityError, match=r"litstore\.json"):
+        litstore.open(planted.root)
+
+    assert tree_state(planted.root) == store
+
+
+@pytest.fixture
+def evil_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """An importable module ``evilmod`` that leaves a marker file when imported; the marker's path."""
+    directory, marker = tmp_path / "importable", tmp_path / "imported"
+    directory.mkdir()
+    (directory / "evilmod.py").write_text(
+        f"from pathlib import Path\nPath({str(marker)!r}).write_text('imported')\n"
+        "from pydantic import BaseModel\nclass Record(BaseModel):\n    id: str\n"
+    )
+    monkeypatch.syspath_prepend(str(directory))
+    yield marker
+    sys.modules.pop("evilmod", None)
+
+
+def test_open_never_imports_the_schema_a_store_names(planted: Planted, evil_module: Path) -> None:
+    config_path = planted.root / layout.CONFIG
+    config = json.loads(config_path.read_bytes())
+    config["record_schema"] = {"qualname": "evilmod:Record", "json_schema": {"type": "object"}}
+    config_path.write_text(json.dumps(config))
+
+    store = litstore.open(planted.root)
+    assert dict(store.items()) == planted.expected  # reads work without the model
+    assert store.verify().ok
+    with pytest.raises(litstore.SchemaError, match="evilmod:Record"):
+        store.append([{"id": "new"}])  # writes need the model, passed explicitly
+
+    assert not evil_module.exists(), "litstore imported a module named by the store"
+    assert "evilmod" not in sys.modules
+
+
+# -- sql() -----------------------------------------------------------------------------
+
+ESCAPES = {
+    "COPY TO a file": "COPY (SELECT * FROM manifest) TO '{target}' (FORMAT csv)",
+    "COPY the manifest TO a file": "COPY manifest TO '{target}'",
+    "read_text": "SELECT * FROM read_text('/etc/passwd')",
+    "read_csv": "SELECT * FROM read_csv('/etc/passwd')",
+    "read_blob": "SELECT * FROM read_blob('{secret}')",
+    "a file as a table": "SELECT * FROM '/etc/passwd'",
+    "ATTACH": "ATTACH '{target}' AS other",
+    "INSTALL": "INSTALL httpfs",
+    "LOAD": "LOAD httpfs",
+    "SET enable_external_access": "SET enable_external_access = true",
+    "RESET lock_configuration": "SET lock_configuration = false",
+    "EXPORT DATABASE": "EXPORT DATABASE '{directory}'",
+    "a Python variable": "SELECT * FROM SECRET_TABLE",
+}
+
+SECRET_TABLE = pa.table({"secret": ["a Python object in scope, not given to the query"]})
+
+
+@pytest.mark.parametrize("name", sorted(ESCAPES))
+def test_sql_cannot_reach_the_file_system(planted: Planted, tmp_path: Path, name: str) -> None:
+    target, directory = tmp_path / "written.out", tmp_path / "exported"
+    sql = ESCAPES[name].format(target=target, directory=directory, secret=planted.outside / "secret.txt")
+    store = litstore.open(planted.root)
+    before = tree_state(tmp_path)
+
+    with pytest.raises(litstore.QueryError):
+        store.sql(sql)
+
+    assert not target.exists() and not directory.exists()
+    assert tree_state(tmp_path) == before
+
+
+def test_sql_still_answers_queries_on_the_manifest(planted: Planted) -> None:
+    store = litstore.open(planted.root)
+    rows = store.sql("SELECT split, count(*) AS n FROM manifest GROUP BY split").to_pylist()
+    assert rows == [{"split": "train", "n": len(planted.expected)}]
+    keys = store.sql("SELECT key FROM manifest WHERE key LIKE 'k00%' ORDER BY key").column("key").to_pylist()
+    assert keys == sorted(key for key in planted.expected if key.startswith("k00"))
+    assert store.sql("SELECT count(*) AS n FROM manifest", version=1).to_pylist() == [{"n": 40}]

@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import tomllib
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -148,13 +150,21 @@ def test_index_document_is_litdata_index_less_updated_at(tmp_path: Path, chunk_b
     assert litdata_index.parse_index_document(litdata_index.index_document(chunks, chunk_bytes), "index.json") == chunks
 
 
-def test_litstore_writer_writes_what_binary_writer_writes(tmp_path: Path) -> None:
-    """``write_chunks`` only renames litdata's chunks: same bytes, same index entries."""
-    payloads = _payloads(80)
+@pytest.mark.parametrize("chunk_bytes", [64, 512, 1024, 4096])
+def test_litstore_writer_writes_what_binary_writer_writes(tmp_path: Path, chunk_bytes: int) -> None:
+    """litstore builds chunks itself; they are BinaryWriter's, byte for byte, boundaries included.
+
+    The payloads mix empty items, small ones and items larger than a whole chunk.
+    """
+    rng = random.Random(chunk_bytes)
+    payloads = [rng.randbytes(rng.choice([0, 1, 7, 60, 300, 1500])) for _ in range(150)]
     plain, ours = tmp_path / "litdata", tmp_path / "litstore"
-    document = _write_with_litdata(plain, payloads, 1024)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # litdata warns about items larger than a chunk
+        document = _write_with_litdata(plain, payloads, chunk_bytes)
+    ours.mkdir()
     written = litdata_writer.write_chunks(
-        str(ours), "frag", "fragments/frag", payloads, first_chunk=0, chunk_bytes=1024
+        str(ours), "frag", "fragments/frag", payloads, first_chunk=0, chunk_bytes=chunk_bytes
     )
     assert len(written) == len(document["chunks"]) > 3
     for info, entry in zip(written, document["chunks"], strict=True):

@@ -19,11 +19,14 @@ built-in type, the error also derives from it, so ``except KeyError`` keeps work
     ├── QueryError (ValueError)              ``store.sql`` was given a query DuckDB rejects
     ├── StreamStateError (ValueError)        a loader state saved on another version or subset
     ├── ConflictError                        another writer committed the same version first
+    ├── IngestError                          ``Store.ingest``'s function failed on an input
+    ├── MissingDependencyError (ImportError) an optional dependency (pandas, polars, ray, ...) is not installed
     ├── IntegrityError                       data does not match what was committed
     │   └── VerificationError                raised by ``VerifyReport.raise_if_failed()``
     └── StorageError (OSError)               the storage backend failed
         ├── MissingFileError (FileNotFoundError)  a file the store needs is not there
-        └── UnsafePathError                  a path that would leave the store root, or not a regular file
+        ├── UnsafePathError                  a path that would leave the store root, or not a regular file
+        └── UncertainCommitError             creating a commit record failed; it may exist all the same
 
 Batch errors carry the offending positions and keys in ``.culprits`` and name the
 first few of them (and how many there are) in the message.
@@ -127,6 +130,27 @@ class ConflictError(LitstoreError):
     """Another writer committed the version this write meant to create."""
 
 
+class IngestError(LitstoreError):
+    """``Store.ingest``'s function failed on one of the inputs; nothing was committed.
+
+    Attributes:
+        position: the failing input's position in ``inputs``.
+        input: the failing input (its ``repr`` is in the message).
+    """
+
+    def __init__(self, message: str, position: int, value: Any) -> None:
+        super().__init__(message)
+        self.position = position
+        self.input = value
+
+    def __reduce__(self) -> tuple[Any, ...]:  # crosses from a worker process to the caller
+        return (type(self), (str(self), self.position, self.input))
+
+
+class MissingDependencyError(LitstoreError, ImportError):
+    """An optional dependency a call needs is not installed; the message says what to install."""
+
+
 class IntegrityError(LitstoreError):
     """Stored data does not match what was committed, or a write failed its self-check."""
 
@@ -149,3 +173,11 @@ class MissingFileError(StorageError, FileNotFoundError):
 
 class UnsafePathError(StorageError):
     """A path is not a plain relative path inside the store root, leads out of it, or is not a regular file."""
+
+
+class UncertainCommitError(StorageError):
+    """Creating a commit record failed in a way that leaves unknown whether it exists.
+
+    Nothing the commit wrote was removed (the record may reference it): open the store
+    again to see whether the version was committed; ``gc`` removes the files if not.
+    """

@@ -12,11 +12,14 @@ give each thread or process its own.
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Iterable, Iterator, Sequence
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pydantic
 
 from litstore import query
@@ -31,9 +34,9 @@ from litstore.errors import (
     VersionNotFoundError,
     describe,
 )
-from litstore.format import hashing
+from litstore.format import codec, hashing
 from litstore.format.models import StoreConfig, Version
-from litstore.read.chunks import ChunkCache
+from litstore.read.chunks import ChunkCache, mismatched
 from litstore.read.groups import by_chunk
 from litstore.read.keyindex import KeyIndex
 from litstore.read.manifests import ManifestCache
@@ -41,6 +44,9 @@ from litstore.storage import Storage
 from litstore.txn import log
 
 if TYPE_CHECKING:
+    import pandas
+    import polars
+
     from litstore.ops.diff import Diff
     from litstore.ops.verify import VerifyReport
     from litstore.streaming import VersionDataset
@@ -48,7 +54,7 @@ if TYPE_CHECKING:
 Record = dict[str, Any]
 Key = str | int
 #: What names a version: its number, its commit record, or a tag name.
-VersionRef = int | str | Version
+VersionRef = int | str | Version | datetime
 # Records decoded at once when iterating a version: bounds memory, keeps one decode pass.
 _DECODE_BATCH = 1024
 _Default = TypeVar("_Default")
@@ -182,7 +188,12 @@ class Snapshot:
         chunk_ids, rows = index.chunk_ids[positions[hits]], index.rows[positions[hits]]
         for chunk_id, where, chunk_rows in by_chunk(chunk_ids, rows):
             group = hits[where]
-            records = self._cache.records(index.chunks[chunk_id], chunk_rows)
+            chunk = index.chunks[chunk_id]
+            payloads = self._cache.payloads(chunk, chunk_rows)
+            damaged = mismatched(payloads, index.contents[positions[group]])
+            if len(damaged):
+                raise self._damaged(chunk, chunk_rows[damaged], [keys[i] for i in group[damaged].tolist()])
+            records = self._cache.decode(chunk, payloads)
             for i, record in zip(group.tolist(), records, strict=True):
                 key = keys[i]
                 if not isinstance(record, dict) or record.get(key_field) != key:
@@ -216,9 +227,17 @@ class Snapshot:
         """``(key, record)`` for every record, in storage order (fast: chunk by chunk)."""
         key_field = self._config.key
         index = self._key_index()
-        for chunk_id, _, rows in by_chunk(index.chunk_ids, index.rows):
+        for chunk_id, where, rows in by_chunk(index.chunk_ids, index.rows):
+            chunk = index.chunks[chunk_id]
             for start in range(0, len(rows), _DECODE_BATCH):
-                for record in self._cache.records(index.chunks[chunk_id], rows[start : start + _DECODE_BATCH]):
+                batch = rows[start : start + _DECODE_BATCH]
+                payloads = self._cache.payloads(chunk, batch)
+                damaged = mismatched(payloads, index.contents[where[start : start + _DECODE_BATCH]])
+                if len(damaged):
+                    raise self._damaged(chunk, batch[damaged])
+                for row, record in zip(batch.tolist(), self._cache.decode(chunk, payloads), strict=True):
+                    if not isinstance(record, dict) or key_field not in record:
+                        raise self._damaged(chunk, np.array([row]))
                     yield record[key_field], record
 
     def values(self) -> Iterator[Record]:
@@ -280,7 +299,15 @@ class Snapshot:
             self._chunks = log.read_chunks(self._storage, self._version)
         return self._chunks
 
-    def dataset(self, version: VersionRef | None = None, split: str | None = None, **kwargs: Any) -> VersionDataset:
+    def dataset(
+        self,
+        version: VersionRef | None = None,
+        split: str | None = None,
+        *,
+        verify_records: bool = True,
+        views_dir: str | os.PathLike[str] | None = None,
+        **kwargs: Any,
+    ) -> VersionDataset:
         """A litdata ``StreamingDataset`` over exactly the live records of ``version`` and ``split``.
 
         ``version`` defaults to this one, ``split`` to all splits. Keyword arguments go
@@ -288,25 +315,77 @@ class Snapshot:
         ...). Items are decoded records. The chunks are read in place, never copied;
         pass the result to ``litdata.StreamingDataLoader`` as it is.
 
+        Args:
+            verify_records: check each item's bytes against the content hash the
+                manifest committed for it (xxh3-128, well under a microsecond a record);
+                ``False`` streams without the check and without reading the manifest.
+            views_dir: where the private view directories live (see
+                :mod:`litstore.streaming`); default ``$LITSTORE_VIEWS``, else the temp directory.
+
         Raises:
             SplitError: ``split`` is not one of the store's splits.
-            LitstoreError: the version has no records in ``split``.
+            LitstoreError: the version has no records in ``split``, or ``views_dir`` is
+                not private to this user.
+            IntegrityError: the version's index does not list all of its records, or
+                (while streaming) an item is not what was committed.
         """
         if version is not None and self.resolve(version) != self._version.number:
-            return self.at(version).dataset(split=split, **kwargs)
+            return self.at(version).dataset(split=split, verify_records=verify_records, views_dir=views_dir, **kwargs)
         if split is not None and split not in self.splits:
             raise SplitError(f"unknown split {split!r}; this store's splits are {self.splits}")
-        chunks = [chunk for name, listed in sorted(self.chunks().items()) if split in (None, name) for chunk in listed]
+        listed = self.chunks()
+        for name in sorted(set(listed) | set(self._version.counts)):
+            if split not in (None, name):
+                continue
+            indexed = sum(chunk.num_items for chunk in listed.get(name, []))
+            if indexed != self._version.counts.get(name, 0):
+                raise IntegrityError(
+                    f"the index of split {name!r} of version {self._version.number} lists {indexed} items, "
+                    f"but the version holds {self._version.counts.get(name, 0)} records: the index is damaged"
+                )
+        chunks = [chunk for name, chunks in sorted(listed.items()) if split in (None, name) for chunk in chunks]
         if not chunks:
             raise LitstoreError(f"version {self._version.number} has no records in {split or 'any split'}")
         from litstore import streaming
 
-        return streaming.open_dataset(self._storage, self._config, self._version, split, chunks, **kwargs)
+        records = streaming.stream_records(self.manifest(), chunks) if verify_records else None
+        return streaming.open_dataset(
+            self._storage, self._config, self._version, split, chunks, records, views_dir, **kwargs
+        )
 
     @property
     def lookup_index_bytes(self) -> int:
         """Memory taken by this version's in-memory key index (built on first lookup)."""
         return self._key_index().nbytes
+
+    # -- export (see litstore.export) ----------------------------------------------
+
+    def to_arrow(self, columns: Sequence[str] | None = None) -> pa.Table:
+        """Every record as an Arrow table; ``columns`` picks top-level fields (the key always comes first).
+
+        Column types are inferred from the values; see :mod:`litstore.export`.
+        """
+        from litstore import export
+
+        return export.to_arrow(self, columns)
+
+    def iter_batches(self, batch_size: int = 65536, columns: Sequence[str] | None = None) -> Iterator[pa.RecordBatch]:
+        """The records as Arrow record batches of at most ``batch_size`` rows; memory holds one batch."""
+        from litstore import export
+
+        return export.iter_batches(self, batch_size, columns)
+
+    def to_pandas(self, columns: Sequence[str] | None = None) -> pandas.DataFrame:
+        """Every record as a pandas ``DataFrame`` (pandas is optional: ``pip install pandas``)."""
+        from litstore import export
+
+        return export.to_pandas(self, columns)
+
+    def to_polars(self, columns: Sequence[str] | None = None) -> polars.DataFrame:
+        """Every record as a polars ``DataFrame`` (polars is optional: ``pip install polars``)."""
+        from litstore import export
+
+        return export.to_polars(self, columns)
 
     # -- history -----------------------------------------------------------------
 
@@ -321,7 +400,7 @@ class Snapshot:
         return versions
 
     def at(self, version: VersionRef) -> Snapshot:
-        """A read-only view of ``version``: a number, a tag name, or a ``Version``.
+        """A read-only view of ``version``: a number, a tag name, a ``Version``, or a time (the version current then).
 
         Raises:
             VersionNotFoundError: no such version or tag.
@@ -353,6 +432,8 @@ class Snapshot:
         """
         if isinstance(version, str):
             return log.read_tag(self._storage, version).version
+        if isinstance(version, datetime):
+            return self._current_at(version)
         if isinstance(version, Version):
             number = version.number
         elif isinstance(version, (int, np.integer)) and not isinstance(version, (bool, np.bool_)):
@@ -374,6 +455,14 @@ class Snapshot:
                 ) from None
         return number
 
+    def _current_at(self, when: datetime) -> int:
+        """The newest version committed at or before ``when`` (naive times are UTC)."""
+        when = when if when.tzinfo else when.replace(tzinfo=UTC)
+        numbers = [version.number for version in self.versions() if version.created_at <= when]
+        if not numbers:
+            raise VersionNotFoundError(f"no version kept was committed at or before {when:%Y-%m-%d %H:%M:%S %Z}")
+        return numbers[-1]
+
     # -- internals -----------------------------------------------------------------
 
     def _key_index(self) -> KeyIndex:
@@ -389,9 +478,28 @@ class Snapshot:
         key_field = self._config.key
         for position in index.positions(hashing.key_hash(key)):  # type: ignore[arg-type]
             chunk, row = index.location(position)
-            record = self._cache.record(chunk, row)
+            payload = self._cache.payload(chunk, row)
+            if hashing.content_hash(payload) != index.content(position):
+                raise self._damaged(chunk, np.array([row]), [key])  # type: ignore[list-item]
+            record = codec.decode(payload, f"chunk {chunk} row {row}")
             if not isinstance(record, dict):
-                raise IntegrityError(f"chunk {chunk} row {row} does not hold a record")
+                raise self._damaged(chunk, np.array([row]), [key])  # type: ignore[list-item]
             if record.get(key_field) == key:
                 return record
         return None
+
+    def _damaged(self, chunk: str, rows: np.ndarray, keys: Sequence[Key] | None = None) -> IntegrityError:
+        """The error for records of ``chunk`` at ``rows`` whose bytes are not what was committed.
+
+        ``keys`` are the keys asked for; without them the manifest names the records.
+        """
+        if keys is None:
+            manifest = self.manifest()
+            at = pc.and_(pc.equal(manifest.column("chunk"), chunk), pc.is_in(manifest.column("row"), pa.array(rows)))
+            keys = manifest.filter(at).column("key").to_pylist()
+        places = describe([f"row {row}" for row in rows.tolist()])
+        return IntegrityError(
+            f"{len(rows)} record(s) of version {self._version.number} do not match their committed content hash "
+            f"(keys {describe(list(keys))}; chunk {chunk}, {places}): the chunk is damaged; "
+            "store.verify() lists every damaged record"
+        )

@@ -12,7 +12,7 @@ thread-safe; give each thread or process its own.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -29,6 +29,7 @@ from litstore.errors import (
     StoreExistsError,
     StoreNotFoundError,
     TagError,
+    UncertainCommitError,
     VersionNotFoundError,
 )
 from litstore.format import hashing, layout
@@ -47,12 +48,18 @@ from litstore.storage import Storage, open_storage
 from litstore.txn import log
 
 if TYPE_CHECKING:
+    import pandas
+    import polars
+
     from litstore.ops.diff import Diff
     from litstore.ops.gc import GCReport
     from litstore.ops.verify import VerifyReport
     from litstore.streaming import VersionDataset
 
 Root = str | os.PathLike[str]
+
+#: Writes encode and sort records in runs of at least this many payload bytes (else 2 x chunk_bytes).
+_MIN_RUN_BYTES = 8 * 1024 * 1024
 
 #: An empty fingerprint (the sum over no records).
 _EMPTY_FINGERPRINT = hashing.fingerprint_hex(0)
@@ -295,8 +302,7 @@ class Store:
                 rejected; nothing was written.
         """
         self._require_model()
-        batch = txn.prepare(records, self.config, self._head.model, progress)
-        return txn.stage(self.storage, self.config, batch, progress)
+        return txn.stage(self.storage, self.config, self._runs(records, progress), progress)
 
     def commit(
         self,
@@ -337,11 +343,7 @@ class Store:
             ConflictError: another writer committed first; nothing was committed.
         """
         self._require_model()
-        batch = txn.prepare(records, self.config, self._head.model, progress)
-        if not len(batch):
-            return self.version
-        txn.refuse_existing(self._head, batch)
-        return self._write(batch, "append", message, metadata, progress)
+        return self._write(self._checked_runs(records, "append", progress), "append", message, metadata, progress)
 
     def upsert(
         self,
@@ -363,11 +365,7 @@ class Store:
             ConflictError: another writer committed first; nothing was committed.
         """
         self._require_model()
-        batch = txn.prepare(records, self.config, self._head.model, progress)
-        batch = txn.without_unchanged(self._head, batch)
-        if not len(batch):
-            return self.version
-        return self._write(batch, "upsert", message, metadata, progress)
+        return self._write(self._checked_runs(records, "upsert", progress), "upsert", message, metadata, progress)
 
     def delete(
         self,
@@ -402,22 +400,126 @@ class Store:
         )
         return self.version
 
+    def _runs(self, records: Iterable[Any], progress: bool) -> Iterator[txn.Batch]:
+        """``records`` validated and encoded, in runs of bounded size (see :func:`litstore.txn.prepare_runs`)."""
+        run_bytes = max(2 * self.config.chunk_bytes, _MIN_RUN_BYTES)
+        return txn.prepare_runs(records, self.config, self._head.model, False, run_bytes)  # stage shows progress
+
+    def _checked_runs(
+        self, records: Iterable[Any], mode: Literal["append", "upsert"], progress: bool
+    ) -> Iterator[txn.Batch]:
+        """Runs of ``records`` checked against the head before they are written.
+
+        ``append``: keys the head has are refused, naming their input positions;
+        ``upsert``: records whose content the head already holds are left out.
+        """
+        offset = 0
+        for run in self._runs(records, progress):
+            if mode == "append":
+                txn.refuse_existing(self._head, run, offset)
+                offset += len(run)
+                yield run
+            else:
+                yield txn.without_unchanged(self._head, run)
+
     def _write(
         self,
-        batch: txn.Batch,
+        runs: Iterator[txn.Batch],
         mode: Literal["append", "upsert"],
         message: str | None,
         metadata: dict[str, Any] | None,
         progress: bool,
     ) -> Version:
-        staged = txn.stage(self.storage, self.config, batch, progress)
+        staged = txn.stage(self.storage, self.config, runs, progress)
+        if not len(staged):
+            txn.discard(self.storage, staged)
+            return self.version
         try:
             self._head = txn.commit(
                 self._head, [staged], mode=mode, message=message, metadata=metadata, progress=progress
             )
-        except BaseException:
-            txn.discard(self.storage, staged)
+        except BaseException as exc:
+            if not isinstance(exc, UncertainCommitError):  # the commit record may reference the fragment
+                txn.discard(self.storage, staged)
             raise
+        return self.version
+
+    def ingest(
+        self,
+        fn: Callable[[Any], Any],
+        inputs: Iterable[Any],
+        *,
+        num_workers: int | None = None,
+        mode: Literal["append", "upsert"] = "append",
+        message: str | None = None,
+        metadata: dict[str, Any] | None = None,
+        progress: bool = True,
+    ) -> Version:
+        """Run ``fn`` over ``inputs`` in parallel and commit every record it returns as one version.
+
+        Like LitData's ``optimize(fn, inputs, num_workers)``: ``fn(input)`` returns a
+        record, an iterable of records, or ``None``; it runs in ``num_workers`` worker
+        processes (default: one per CPU; ``0``: in this process), each of which stages
+        its records as a fragment, streaming, in bounded memory. One commit at the end
+        makes one version, with the same ``mode`` semantics as :meth:`append` and
+        :meth:`upsert`. ``fn`` must be importable by the workers (a module-level function).
+
+        Raises:
+            IngestError: ``fn`` failed on an input (the error names it); nothing was committed.
+            DuplicateKeyError: two inputs produced the same key, or (``append``) a key the
+                store has; nothing was committed.
+            KeyFieldError, SchemaError, SplitError: a record ``fn`` made was rejected.
+        """
+        from litstore.ingest import ingest
+
+        return ingest(
+            self, fn, inputs, num_workers=num_workers, mode=mode, message=message, metadata=metadata, progress=progress
+        )
+
+    def compact(
+        self,
+        *,
+        target_chunk_bytes: int | None = None,
+        min_fill: float = 0.5,
+        message: str | None = None,
+        progress: bool = False,
+    ) -> Version:
+        """Rewrite under-filled chunks into full ones, as a new version with identical records.
+
+        Many small appends leave many small chunks, which stream slower (and cost a
+        download each on S3). In each split, the chunks smaller than ``min_fill`` times
+        ``target_chunk_bytes`` (default: the store's ``chunk_bytes``) are rewritten
+        together into chunks of about ``target_chunk_bytes``. Records, content hashes,
+        splits and the fingerprint are unchanged (a ``diff`` of the two versions is
+        empty); older versions keep reading their own chunks until ``gc``. If no split
+        has two such chunks, nothing is committed. Races with other writers like any
+        commit: rebases, or raises ``ConflictError``.
+
+        Raises:
+            InvalidArgumentError: ``min_fill`` is not in (0, 1] or ``target_chunk_bytes`` is not positive.
+        """
+        if not isinstance(min_fill, (int, float)) or not 0 < min_fill <= 1:
+            raise InvalidArgumentError(f"min_fill must be in (0, 1], got {min_fill!r}")
+        target = self.config.chunk_bytes if target_chunk_bytes is None else target_chunk_bytes
+        if isinstance(target, bool) or not isinstance(target, int) or target <= 0:
+            raise InvalidArgumentError(f"target_chunk_bytes must be a positive whole number, got {target!r}")
+        rewrite: set[str] = set()
+        for chunks in self._head.chunks().values():
+            small = [chunk.filename for chunk in chunks if chunk.num_bytes < min_fill * target]
+            if len(small) >= 2:
+                rewrite.update(small)
+        if not rewrite:
+            return self.version
+        self._head = txn.commit(
+            self._head,
+            [],
+            mode="upsert",
+            rewrite=frozenset(rewrite),
+            chunk_bytes=target,
+            operation="compact",
+            message=message,
+            progress=progress,
+        )
         return self.version
 
     def tag(self, name: str, version: VersionRef | None = None, *, move: bool = False) -> Tag:
@@ -490,6 +592,22 @@ class Store:
     def values(self) -> Iterator[Record]:
         """Every record at the head, in storage order."""
         return self._head.values()
+
+    def to_arrow(self, columns: Sequence[str] | None = None) -> pa.Table:
+        """Every record at the head as an Arrow table; see :meth:`Snapshot.to_arrow`."""
+        return self._head.to_arrow(columns)
+
+    def iter_batches(self, batch_size: int = 65536, columns: Sequence[str] | None = None) -> Iterator[pa.RecordBatch]:
+        """The head's records as Arrow record batches; see :meth:`Snapshot.iter_batches`."""
+        return self._head.iter_batches(batch_size, columns)
+
+    def to_pandas(self, columns: Sequence[str] | None = None) -> pandas.DataFrame:
+        """Every record at the head as a pandas ``DataFrame``; see :meth:`Snapshot.to_pandas`."""
+        return self._head.to_pandas(columns)
+
+    def to_polars(self, columns: Sequence[str] | None = None) -> polars.DataFrame:
+        """Every record at the head as a polars ``DataFrame``; see :meth:`Snapshot.to_polars`."""
+        return self._head.to_polars(columns)
 
     def manifest(self) -> pa.Table:
         """The head's manifest."""

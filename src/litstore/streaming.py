@@ -3,8 +3,17 @@
 Each (version, split) gets its own small *view* directory outside the store root::
 
     <views>/<store id>/<version>-<transaction>/<split>/index.json   the split's litdata index
+    <views>/.../<split>/records.arrow    key and content hash of each item, in stream order
     <views>/.../<split>/fragments -> <root>/fragments               local stores: a symlink
     <views>/.../<split>/cache/                                      s3 stores: litdata's chunk cache
+
+``<views>`` is ``views_dir=``, else ``$LITSTORE_VIEWS``, else ``litstore-views-<uid>`` in
+the temp directory. Every directory from ``<views>`` down is private to the caller
+(owned by them, mode 0700): a views root that is not is refused, anything else found
+in the way is removed and made again, and the ``fragments`` link is checked to point
+exactly at the store before litdata follows it, so another user of a shared temp
+directory cannot plant chunks for a training run to read. Creating a view removes the
+views of the same store whose version no longer exists.
 
 A local store streams with the view directory as litdata's input directory, so
 litdata memory-maps the committed chunks in place through the symlink (no copy of
@@ -16,28 +25,42 @@ its input or cache directory, so versions sharing one would read each other's.
 
 :class:`VersionDataset` decodes each item back into its record and records the
 version it streams in ``state_dict()``, so a loader state saved on one version
-refuses to resume on another.
+refuses to resume on another; the view's path is left out of that state, so it
+resumes under any views directory. Unless ``verify_records=False``, each item's bytes
+are checked against the content hash the manifest committed for it (xxh3-128, well
+under a microsecond for a typical record) and a mismatch raises
+:class:`~litstore.errors.IntegrityError` naming the key, chunk and row.
 """
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import os
+import shutil
+import stat
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 from litdata import StreamingDataset
 
 from litstore._litdata.downloader import allow_plain_http_s3
 from litstore._litdata.index import ChunkInfo, index_document
-from litstore.errors import LitstoreError, StreamStateError
-from litstore.format import codec, layout
+from litstore.errors import IntegrityError, LitstoreError, StreamStateError, VersionNotFoundError
+from litstore.format import codec, hashing, layout
 from litstore.format.models import StoreConfig, Version
 from litstore.storage import Storage
+from litstore.txn import log
 
 _STATE_KEY = "litstore"
+_RECORDS_FILE = "records.arrow"
+# Loader-state entries that hold the view's path: where the view lives is not part of what a state resumes.
+_VIEW_PATHS = ("input_dir_path", "cache_dir_path")
 
 
 def decode_item(item: Any) -> Any:
@@ -46,50 +69,120 @@ def decode_item(item: Any) -> Any:
 
 
 def open_dataset(
-    storage: Storage, config: StoreConfig, version: Version, split: str | None, chunks: list[ChunkInfo], **kwargs: Any
+    storage: Storage,
+    config: StoreConfig,
+    version: Version,
+    split: str | None,
+    chunks: list[ChunkInfo],
+    records: pa.Table | None,
+    views_dir: str | os.PathLike[str] | None = None,
+    **kwargs: Any,
 ) -> VersionDataset:
-    """A :class:`VersionDataset` over ``chunks`` of one version and split of the store on ``storage``."""
+    """A :class:`VersionDataset` over ``chunks`` of one version and split of the store on ``storage``.
+
+    ``records`` (from :func:`stream_records`) are the key and content hash of each item
+    in stream order; ``None`` streams without checking items.
+    """
     root = storage.local_path(layout.FRAGMENTS)
     remote = storage.url.startswith("s3://")
     if root is None and not remote:
         raise LitstoreError(f"litdata cannot stream from {storage.url}: use a local or s3:// store")
     directory = view(
-        storage.url,
+        views_root(views_dir),
+        storage,
         root is not None,
-        version.number,
-        version.transaction or "initial",
+        version,
         split,
         chunks,
         config.chunk_bytes,
+        records,
     )
     identity = {"root": storage.url, "version": version.number, "split": split, "fingerprint": version.fingerprint}
+    checked = directory / _RECORDS_FILE if records is not None else None
     if root is not None:
-        return VersionDataset(str(directory), identity, **kwargs)
+        for chunk in chunks:  # litdata opens chunks by path: apply the storage's checks (links, FIFOs) first
+            storage.read_range(chunk.filename, 0, 0)
+        return VersionDataset(str(directory), identity, chunks=chunks, records_file=checked, **kwargs)
     kwargs.setdefault("cache_dir", str(directory / "cache"))
     kwargs.setdefault("storage_options", dict(storage.options))
     plain_http = str(storage.options.get("endpoint_url", "")).startswith("http://")
     return VersionDataset(
-        storage.url, identity, plain_http=plain_http, index_path=str(directory / "index.json"), **kwargs
+        storage.url,
+        identity,
+        plain_http=plain_http,
+        chunks=chunks,
+        records_file=checked,
+        index_path=str(directory / "index.json"),
+        **kwargs,
     )
+
+
+def stream_records(manifest: pa.Table, chunks: Sequence[ChunkInfo]) -> pa.Table:
+    """``key`` and ``content_hash`` of every item of ``chunks``, in the order litdata numbers them.
+
+    Raises:
+        IntegrityError: the manifest does not hold exactly one record for each item of ``chunks``.
+    """
+    names = [chunk.filename for chunk in chunks]
+    sizes = np.array([chunk.num_items for chunk in chunks], dtype=np.int64)
+    starts = np.concatenate([[0], np.cumsum(sizes)])
+    total = int(starts[-1])
+    listed = manifest.filter(pc.is_in(manifest.column("chunk"), pa.array(names, pa.string())))
+    chunk_ids = pc.index_in(listed.column("chunk"), pa.array(names, pa.string())).to_numpy(zero_copy_only=False)
+    rows = listed.column("row").to_numpy().astype(np.int64)
+    positions = starts[chunk_ids] + rows
+    if len(positions) != total or bool((rows >= sizes[chunk_ids]).any()) or len(np.unique(positions)) != total:
+        raise IntegrityError(
+            f"the manifest lists {len(positions)} records in the {len(names)} chunks of this split, "
+            f"whose index says they hold {total} items: the version's index or manifest is damaged"
+        )
+    return listed.select(["key", "content_hash"]).take(pa.array(np.argsort(positions)))
 
 
 class VersionDataset(StreamingDataset):
     """A litdata ``StreamingDataset`` over one pinned version (and split) of a store.
 
     Behaves exactly like ``StreamingDataset`` (shuffle, workers, DDP, ``StreamingDataLoader``
-    resume) and yields decoded records. Build it with ``store.dataset(...)``.
+    resume) and yields decoded records, each checked against its committed content hash
+    unless the dataset was made with ``verify_records=False``. Build it with ``store.dataset(...)``.
     """
 
-    def __init__(self, input_dir: str, identity: dict[str, Any], plain_http: bool = False, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        input_dir: str,
+        identity: dict[str, Any],
+        plain_http: bool = False,
+        *,
+        chunks: Sequence[ChunkInfo] = (),
+        records_file: Path | None = None,
+        **kwargs: Any,
+    ) -> None:
         self._plain_http = plain_http
         if plain_http:
             allow_plain_http_s3()
         transform = kwargs.pop("transform", None)
-        user_transforms: list[Callable[[Any], Any]] = (
+        self._transforms: list[Callable[[Any], Any]] = (
             [] if transform is None else list(transform) if isinstance(transform, list) else [transform]
         )
-        super().__init__(input_dir, transform=[decode_item, *user_transforms], **kwargs)
+        super().__init__(input_dir, **kwargs)
         self.identity = dict(identity)
+        self._records_file = records_file
+        self._expected: memoryview | None = None  # opened lazily, in each process
+        self._keys: pa.ChunkedArray | None = None
+        # litdata numbers items across the chunks it streams (all of them unless subsampled):
+        # item g of its chunk c is row g - litdata_starts[c], our record stream_starts[c] + row.
+        starts = np.cumsum([0] + [chunk.num_items for chunk in chunks])[:-1]
+        ours = {chunk.filename: int(start) for chunk, start in zip(chunks, starts, strict=True)}
+        files = list(self.subsampled_files) or [chunk.filename for chunk in chunks]
+        sizes = {chunk.filename: chunk.num_items for chunk in chunks}
+        self._files = files
+        self._litdata_starts: list[int] = np.concatenate([[0], np.cumsum([sizes[name] for name in files])]).tolist()
+        self._stream_starts: list[int] = [ours[name] for name in files]
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_expected"] = state["_keys"] = None  # memory-mapped: each process opens its own
+        return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         # A DataLoader worker started with "spawn" unpickles the dataset in a fresh
@@ -98,8 +191,50 @@ class VersionDataset(StreamingDataset):
         if state.get("_plain_http"):
             allow_plain_http_s3()
 
+    def __getitem__(self, index: Any) -> Any:
+        if isinstance(index, slice):
+            return [self[position] for position in range(*index.indices(len(self)))]
+        item = super().__getitem__(index)
+        if isinstance(index, str):
+            return item
+        if self._records_file is not None:
+            if isinstance(index, int):
+                self._check(item, bisect.bisect_right(self._litdata_starts, index) - 1, index)
+            else:
+                self._check(item, index.chunk_index, index.index)
+        record = codec.decode(item)
+        for transform in self._transforms:
+            record = transform(record)
+        return record
+
+    def _check(self, item: bytes, chunk_index: int, number: int) -> None:
+        """Raise if ``item`` (litdata's item ``number``, in its chunk ``chunk_index``) is not what was committed."""
+        if self._expected is None:
+            self._open_records()
+        assert self._expected is not None
+        row = number - self._litdata_starts[chunk_index]
+        position = self._stream_starts[chunk_index] + row
+        if hashing.content_hash(item) != self._expected[16 * position : 16 * position + 16]:
+            assert self._keys is not None
+            key = self._keys[position].as_py()
+            raise IntegrityError(
+                f"record {key!r} of version {self.identity['version']} (chunk {self._files[chunk_index]}, row {row}) "
+                "does not match its committed content hash: the chunk is damaged; store.verify() lists every "
+                "damaged record"
+            )
+
+    def _open_records(self) -> None:
+        assert self._records_file is not None
+        table = pa.ipc.open_file(pa.memory_map(str(self._records_file))).read_all()
+        contents = table.column("content_hash").combine_chunks()
+        start = 16 * contents.offset
+        self._expected = memoryview(contents.buffers()[1]).cast("B")[start : start + 16 * len(contents)]
+        self._keys = table.column("key")
+
     def state_dict(self, num_samples_yielded: int, num_workers: int, batch_size: int) -> dict[str, Any]:
-        state: dict[str, Any] = super().state_dict(num_samples_yielded, num_workers, batch_size)
+        state: dict[str, Any] = dict(super().state_dict(num_samples_yielded, num_workers, batch_size))
+        for entry in _VIEW_PATHS:
+            state[entry] = None
         state[_STATE_KEY] = self.identity
         return state
 
@@ -110,7 +245,12 @@ class VersionDataset(StreamingDataset):
                 f"this loader state was saved while streaming {_describe(saved)}; "
                 f"it cannot resume a dataset over {_describe(self.identity)}"
             )
-        super().load_state_dict(state_dict)
+        # The state binds to (store, version, split, fingerprint), checked above; litdata
+        # would also compare the view's path, which differs between runs.
+        state = dict(state_dict)
+        state["input_dir_path"] = self.input_dir.path
+        state["cache_dir_path"] = self.cache_dir.path
+        super().load_state_dict(state)
 
 
 def _describe(identity: dict[str, Any] | None) -> str:
@@ -120,34 +260,112 @@ def _describe(identity: dict[str, Any] | None) -> str:
     return f"version {identity['version']} ({split}, fingerprint {identity['fingerprint']}) of {identity['root']}"
 
 
-def views_root() -> Path:
-    """Where view directories live: ``$LITSTORE_VIEWS`` or a folder in the temp directory."""
-    return Path(os.environ.get("LITSTORE_VIEWS") or Path(tempfile.gettempdir()) / "litstore-views")
+def views_root(views_dir: str | os.PathLike[str] | None = None) -> Path:
+    """Where view directories live: ``views_dir``, ``$LITSTORE_VIEWS`` or a per-user folder in the temp directory."""
+    if views_dir is not None:
+        return Path(views_dir)
+    configured = os.environ.get("LITSTORE_VIEWS")
+    if configured:
+        return Path(configured)
+    return Path(tempfile.gettempdir()) / f"litstore-views-{os.getuid()}"
 
 
 def view(
-    root: str, local: bool, version: int, transaction: str, split: str | None, chunks: list[ChunkInfo], chunk_bytes: int
+    views: Path,
+    storage: Storage,
+    local: bool,
+    version: Version,
+    split: str | None,
+    chunks: list[ChunkInfo],
+    chunk_bytes: int,
+    records: pa.Table | None,
 ) -> Path:
-    """Make (or reuse) the view directory of one version and split of a store.
+    """Make (or reuse) the private view directory of one version and split of a store.
 
     The directory is named by the commit's transaction id, unique to that commit, so
     a view (and litdata's cache in it) can never be mistaken for another store's or
     another commit's, even of a store recreated at the same location.
+
+    Raises:
+        LitstoreError: ``views`` exists but is not a directory private to the caller.
     """
-    store_id = hashlib.sha256(root.encode()).hexdigest()[:16]
-    directory = views_root() / store_id / f"{version:08d}-{transaction}" / (split or "_all")
-    directory.mkdir(parents=True, exist_ok=True)
-    link = directory / "fragments"
-    target = Path(root) / "fragments"
-    if local and not link.is_symlink():
-        temporary = directory / f".fragments-{os.getpid()}"
-        temporary.unlink(missing_ok=True)
-        temporary.symlink_to(target, target_is_directory=True)
-        os.replace(temporary, link)
-    index = directory / "index.json"
-    document = index_document(chunks, chunk_bytes)
-    if not index.exists() or index.read_bytes() != document:
-        temporary = directory / f".index-{os.getpid()}.json"
-        temporary.write_bytes(document)
-        os.replace(temporary, index)
+    views.parent.mkdir(parents=True, exist_ok=True)
+    _private_directory(views, replace=False)
+    store_views = _private_directory(views / hashlib.sha256(storage.url.encode()).hexdigest()[:16], replace=True)
+    name = f"{version.number:08d}-{version.transaction or 'initial'}"
+    _remove_stale_views(storage, store_views, keep=name)
+    directory = _private_directory(_private_directory(store_views / name, replace=True) / (split or "_all"), True)
+    if local:
+        _link_fragments(directory / "fragments", Path(storage.url) / layout.FRAGMENTS)
+    _write_if_changed(directory / "index.json", index_document(chunks, chunk_bytes))
+    if records is not None:
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_file(sink, records.schema) as writer:
+            writer.write_table(records.combine_chunks())
+        _write_if_changed(directory / _RECORDS_FILE, sink.getvalue().to_pybytes())
     return directory
+
+
+def _private_directory(path: Path, replace: bool) -> Path:
+    """``path`` as a directory owned by the caller with mode 0700, made if missing.
+
+    Anything else there (a symlink, a file, a directory open to others) is removed and
+    the directory made again if ``replace``, else refused: its contents may have been
+    written by someone else.
+    """
+    try:
+        path.mkdir(mode=0o700)
+    except FileExistsError:
+        pass
+    info = os.lstat(path)
+    private = stat.S_ISDIR(info.st_mode) and info.st_uid == os.getuid() and not info.st_mode & 0o077
+    if private:
+        return path
+    if not replace or info.st_uid != os.getuid():
+        raise LitstoreError(
+            f"{path} is not a directory private to this user (owner uid {info.st_uid}, mode "
+            f"{stat.filemode(info.st_mode)}): streaming views must not be readable or writable by others. "
+            "Remove it, make it with mode 0700, or pass another views_dir"
+        )
+    if stat.S_ISDIR(info.st_mode):
+        shutil.rmtree(path)
+    else:
+        path.unlink()
+    return _private_directory(path, replace=False)
+
+
+def _link_fragments(link: Path, target: Path) -> None:
+    """Point ``link`` at ``target``, replacing whatever else is there."""
+    if link.is_symlink() and os.readlink(link) == str(target):
+        return
+    if link.is_dir() and not link.is_symlink():
+        shutil.rmtree(link)
+    temporary = link.with_name(f".fragments-{os.getpid()}")
+    temporary.unlink(missing_ok=True)
+    temporary.symlink_to(target, target_is_directory=True)
+    os.replace(temporary, link)
+
+
+def _write_if_changed(path: Path, data: bytes) -> None:
+    if path.is_file() and not path.is_symlink() and path.read_bytes() == data:
+        return
+    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}-")
+    with os.fdopen(handle, "wb") as file:
+        file.write(data)
+    os.replace(temporary, path)
+
+
+def _remove_stale_views(storage: Storage, store_views: Path, keep: str) -> None:
+    """Remove the views (under ``store_views``) of versions the store no longer has."""
+    for entry in store_views.iterdir():
+        number, _, transaction = entry.name.partition("-")
+        if entry.name == keep or not number.isdigit() or not transaction:
+            continue
+        try:
+            live = log.read_version(storage, int(number))
+        except VersionNotFoundError:
+            live = None
+        except LitstoreError:
+            continue  # unreadable here: keep the view rather than guess
+        if live is None or (live.transaction or "initial") != transaction:
+            shutil.rmtree(entry, ignore_errors=True)

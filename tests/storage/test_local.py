@@ -44,18 +44,18 @@ def outside(tmp_path: Path) -> Path:
     return directory
 
 
-def test_unsafe_paths_never_reach_outside_the_root(root: Path, outside: Path) -> None:
+@pytest.mark.parametrize("path", ["../outside/secret", "../outside", "../escape", "/tmp/escape", "a/../../x"])
+def test_unsafe_paths_never_reach_outside_the_root(root: Path, outside: Path, path: str) -> None:
     storage = LocalStorage(root)
     before = tree_state(outside.parent)
-    for path in ("../outside/secret", "../escape", "/tmp/escape", "a/../../escape"):
-        for call in (
-            lambda: storage.write(path, b"x"),
-            lambda: storage.put_if_absent(path, b"x"),
-            lambda: storage.delete(path),
-            lambda: storage.delete_tree(path),
-        ):
-            with pytest.raises(UnsafePathError):
-                call()
+    for call in (
+        lambda: storage.write(path, b"x"),
+        lambda: storage.put_if_absent(path, b"x"),
+        lambda: storage.delete(path),
+        lambda: storage.delete_tree(path),
+    ):
+        with pytest.raises(UnsafePathError):
+            call()
     assert tree_state(outside.parent) == before
     assert sorted(os.listdir(outside.parent)) == ["outside", "root"]
 
@@ -119,13 +119,15 @@ def test_file_linked_outside_the_root_is_not_read(root: Path, outside: Path) -> 
 
 
 def test_fifo_is_refused_without_waiting(root: Path) -> None:
-    os.mkfifo(root / "pipe")
+    (root / "fragments").mkdir()
+    (root / "fragments" / "chunk-0.bin").write_bytes(b"chunk")
+    os.mkfifo(root / "fragments" / "pipe")
     storage = LocalStorage(root)
     errors: list[BaseException] = []
 
     def read() -> None:
         try:
-            storage.read("pipe")
+            storage.read("fragments/pipe")
         except StorageError as exc:
             errors.append(exc)
 
@@ -133,12 +135,14 @@ def test_fifo_is_refused_without_waiting(root: Path) -> None:
     reader.start()
     reader.join(timeout=10)
     if reader.is_alive():
-        with open(root / "pipe", "wb"):  # release the blocked reader before failing
+        with open(root / "fragments" / "pipe", "wb"):  # release the blocked reader before failing
             pass
         pytest.fail("reading a FIFO blocked")
     assert len(errors) == 1
     assert isinstance(errors[0], UnsafePathError)
-    assert [info.path for info in storage.walk("pipe")] == []
+    with pytest.raises(UnsafePathError):
+        storage.read_range("fragments/pipe", 0, 10)
+    assert [info.path for info in storage.walk("fragments")] == ["fragments/chunk-0.bin"]
 
 
 def test_temporary_files_are_listed_for_gc_but_not_walked(root: Path) -> None:

@@ -55,7 +55,9 @@ def test_only_the_s3_backend_imports_boto3() -> None:
     importers = sorted(
         str(path.relative_to(package))
         for path in package.rglob("*.py")
-        if any(line.lstrip().startswith(("import boto3", "from boto3", "import botocore", "from botocore"))
-               for line in path.read_text().splitlines())
+        if any(
+            line.lstrip().startswith(("import boto3", "from boto3", "import botocore", "from botocore"))
+            for line in path.read_text().splitlines()
+        )
     )
     assert importers == ["storage/s3.py"]

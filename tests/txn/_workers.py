@@ -12,3 +12,29 @@ def record(i: int, rev: int = 0) -> dict[str, object]:
 def stage_range(root: str, start: int, stop: int) -> litstore.StagedFragment:
     """Open the store in this process and stage records ``start..stop``; nothing is committed."""
     return litstore.open(root).stage([record(i) for i in range(start, stop)])
+
+
+def records_of_line(line: str) -> list[dict[str, object]]:
+    """An ingest ``fn``: one input line ``"start:count"`` -> that many records."""
+    start, count = (int(part) for part in line.split(":"))
+    return [record(i) for i in range(start, start + count)]
+
+
+def one_record(i: int) -> dict[str, object] | None:
+    """An ingest ``fn`` returning one record (or nothing for odd inputs above 1000)."""
+    return None if i > 1000 and i % 2 else record(i)
+
+
+def failing_on_13(i: int) -> dict[str, object]:
+    """An ingest ``fn`` that fails on input 13."""
+    if i == 13:
+        raise ValueError("input 13 is broken")
+    return record(i)
+
+
+def failing_generator(i: int) -> object:
+    """An ingest ``fn`` whose generator fails half-way through input 7."""
+    for j in range(3):
+        if i == 7 and j == 2:
+            raise OSError("shard 7 is truncated")
+        yield record(i * 10 + j)

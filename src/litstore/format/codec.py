@@ -15,12 +15,21 @@ same record always gives the same bytes and therefore the same content hash:
   serializer and come back decoded exactly as litdata's ``StreamingDataset`` decodes
   them (an ``Image`` comes back as a ``uint8`` tensor).
 
-Anything else raises :class:`UnsupportedValueError` naming the value's path.
+Anything else raises :class:`UnsupportedValueError` naming the value's path, and so
+does a record nested more than :data:`MAX_DEPTH` containers deep (a record that
+contains itself included).
+
+Decoding treats the bytes as hostile: it never runs code the bytes name (media
+formats are allowlisted), never recurses past :data:`MAX_DEPTH`, and checks that an
+array's declared dtype and shape match its bytes before allocating anything; bytes
+that break a rule raise :class:`IntegrityError`.
 """
 
 from __future__ import annotations
 
+import math
 import sys
+import threading
 from typing import Any
 
 import msgpack
@@ -37,6 +46,13 @@ _MEDIA = 6
 
 _INT_MIN = -(2**63)
 _UINT_MAX = 2**64 - 1
+
+#: How many containers (dicts, lists, tuples) deep a record may nest, its own dict included.
+MAX_DEPTH = 64
+
+# Python's default limit on int <-> str conversion; a bigger int could not be read back
+# by a process that keeps the default.
+_BIGINT_MAX_DIGITS = 4300
 
 # Lone surrogates ("\ud800") are valid Python str; keep them rather than fail.
 _PACKER_OPTIONS: dict[str, Any] = {"use_bin_type": True, "unicode_errors": "surrogatepass"}
@@ -62,18 +78,24 @@ def _sorted_keys(mapping: dict[Any, Any], path: str) -> list[Any]:
     return sorted(keys, key=_pack)
 
 
-def _canonical(value: Any, path: str) -> Any:
+def _canonical(value: Any, path: str, depth: int = 0) -> Any:
     kind = type(value)
     if kind is dict:
-        return {key: _canonical(value[key], f"{path}.{key}" if path else str(key)) for key in _sorted_keys(value, path)}
+        _check_depth(value, path, depth)
+        return {
+            key: _canonical(value[key], f"{path}.{key}" if path else str(key), depth + 1)
+            for key in _sorted_keys(value, path)
+        }
     if kind is str or kind is float or kind is bool or kind is bytes or value is None:
         return value
     if kind is int:
-        return value if _INT_MIN <= value <= _UINT_MAX else msgpack.ExtType(_BIGINT, str(value).encode())
+        return value if _INT_MIN <= value <= _UINT_MAX else _bigint(value, path)
     if kind is list:
-        return [_canonical(item, f"{path}[{index}]") for index, item in enumerate(value)]
+        _check_depth(value, path, depth)
+        return [_canonical(item, f"{path}[{index}]", depth + 1) for index, item in enumerate(value)]
     if kind is tuple:
-        items = [_canonical(item, f"{path}[{index}]") for index, item in enumerate(value)]
+        _check_depth(value, path, depth)
+        items = [_canonical(item, f"{path}[{index}]", depth + 1) for index, item in enumerate(value)]
         return msgpack.ExtType(_TUPLE, _pack(items))
     if isinstance(value, np.ndarray):
         _check_dtype(value.dtype, value, path)
@@ -84,23 +106,53 @@ def _canonical(value: Any, path: str) -> Any:
         return msgpack.ExtType(_NPSCALAR, _pack([value.dtype.str, value.tobytes()]))
     torch = sys.modules.get("torch")  # a tensor exists only if torch was imported
     if torch is not None and isinstance(value, torch.Tensor):
-        tensor = value.detach().cpu()
-        raw = tensor.contiguous().reshape(-1).view(torch.uint8).numpy().tobytes() if tensor.numel() else b""
-        body = [str(value.dtype).removeprefix("torch."), list(value.shape), raw]
-        return msgpack.ExtType(_TENSOR, _pack(body))
+        return msgpack.ExtType(_TENSOR, _pack(_tensor_body(torch, value, path)))
     if isinstance(value, (bytearray, memoryview)):
         return bytes(value)
     if isinstance(value, dict):
-        return _canonical(dict(value), path)
+        return _canonical(dict(value), path, depth)
     if isinstance(value, (str, int, float)):  # subclasses such as IntEnum store as their base type
-        return _canonical(_builtin(value), path)
+        return _canonical(_builtin(value), path, depth)
     if type(value).__module__.startswith("litdata"):
         from litstore._litdata import media
 
         if media.is_media(value):
-            data_format, data = media.encode_media(value)
+            data_format, data = media.encode_media(value, path)
             return msgpack.ExtType(_MEDIA, _pack([data_format, data]))
+    if type(value).__module__.startswith("PIL."):
+        raise UnsupportedValueError(path, value, "PIL images cannot be stored as such; use litdata.Image(image=...)")
     raise UnsupportedValueError(path, value)
+
+
+def _check_depth(value: Any, path: str, depth: int) -> None:
+    if depth >= MAX_DEPTH:
+        shown = path if len(path) <= 80 else path[:80] + "..."
+        raise UnsupportedValueError(
+            shown, value, f"nested more than {MAX_DEPTH} containers deep (a value that contains itself never fits)"
+        )
+
+
+def _bigint(value: int, path: str) -> msgpack.ExtType:
+    try:
+        text = str(value)
+    except ValueError:  # past this interpreter's int_max_str_digits
+        text = ""
+    if not text or len(text.lstrip("-")) > _BIGINT_MAX_DIGITS:
+        raise UnsupportedValueError(path, value, f"ints of more than {_BIGINT_MAX_DIGITS} digits cannot be stored")
+    return msgpack.ExtType(_BIGINT, text.encode())
+
+
+def _tensor_body(torch: Any, value: Any, path: str) -> list[Any]:
+    if value.layout is not torch.strided or value.is_quantized or value.is_nested:
+        raise UnsupportedValueError(path, value, f"{value.layout} tensors cannot be stored; convert to a dense tensor")
+    if value.device.type == "meta":
+        raise UnsupportedValueError(path, value, "meta tensors hold no data and cannot be stored")
+    tensor = value.detach().cpu()
+    try:
+        raw = tensor.contiguous().reshape(-1).view(torch.uint8).numpy().tobytes() if tensor.numel() else b""
+    except (RuntimeError, TypeError) as exc:
+        raise UnsupportedValueError(path, value, f"tensors of dtype {value.dtype} cannot be stored: {exc}") from exc
+    return [str(value.dtype).removeprefix("torch."), list(value.shape), raw]
 
 
 def _check_dtype(dtype: np.dtype[Any], value: Any, path: str) -> None:
@@ -131,35 +183,108 @@ def encode(record: Any) -> bytes:
     return _pack(_canonical(record, ""))
 
 
+class _Nesting(threading.local):
+    """How many tuple extensions deep the decoder of this thread is (each one recurses)."""
+
+    depth = 0
+
+
+_nesting = _Nesting()
+
+
 def _ext_hook(code: int, data: bytes) -> Any:
     if code == _TUPLE:
-        return tuple(_unpack(data))
+        depth = _nesting.depth
+        if depth >= MAX_DEPTH:
+            raise ValueError(f"tuples nested more than {MAX_DEPTH} deep")
+        _nesting.depth = depth + 1
+        try:
+            return tuple(_unpack(data))
+        finally:
+            _nesting.depth = depth
     if code == _NDARRAY:
-        dtype, shape, raw = _unpack(data)
-        if not raw or np.dtype(dtype).itemsize == 0:  # empty, or zero-width strings: nothing to read
-            return np.zeros(shape, dtype=np.dtype(dtype))
-        return np.frombuffer(raw, dtype=np.dtype(dtype)).reshape(shape).copy()
+        return _ndarray(*_body(data, 3))
     if code == _NPSCALAR:
-        dtype, raw = _unpack(data)
-        if np.dtype(dtype).itemsize == 0:  # np.str_("") and np.bytes_(b"")
-            return np.dtype(dtype).type()
-        return np.frombuffer(raw, dtype=np.dtype(dtype))[0]
+        return _npscalar(*_body(data, 2))
     if code == _TENSOR:
-        import torch
-
-        dtype_name, shape, raw = _unpack(data)
-        dtype = getattr(torch, dtype_name)
-        if not raw:
-            return torch.empty(shape, dtype=dtype)
-        return torch.frombuffer(bytearray(raw), dtype=torch.uint8).view(dtype).reshape(shape)
+        return _tensor(*_body(data, 3))
     if code == _BIGINT:
-        return int(data.decode())
+        if len(data) > _BIGINT_MAX_DIGITS + 1:
+            raise ValueError(f"an int of more than {_BIGINT_MAX_DIGITS} digits")
+        text = data.decode("ascii")
+        value = int(text)
+        if str(value) != text or _INT_MIN <= value <= _UINT_MAX:
+            raise ValueError(f"a non-canonical big int {text!r}")
+        return value
     if code == _MEDIA:
         from litstore._litdata import media
 
-        data_format, raw = _unpack(data)
+        data_format, raw = _body(data, 2)
+        if type(data_format) is not str or type(raw) is not bytes:
+            raise ValueError("a media value whose format or bytes have the wrong type")
         return media.decode_media(data_format, raw)
     raise ValueError(f"unknown extension type {code} in stored record")
+
+
+def _body(data: bytes, length: int) -> list[Any]:
+    """The list of ``length`` plain values inside an extension (never a nested extension)."""
+    body = msgpack.unpackb(data, raw=False, use_list=True, strict_map_key=False)
+    if type(body) is not list or len(body) != length or any(isinstance(part, msgpack.ExtType) for part in body):
+        raise ValueError(f"an extension body that is not a list of {length} plain values")
+    return body
+
+
+def _stored_dtype(name: Any) -> np.dtype[Any]:
+    if type(name) is not str:
+        raise ValueError(f"a dtype named by {type(name).__name__}")
+    dtype = np.dtype(name)
+    if dtype.hasobject or dtype.fields is not None or dtype.subdtype is not None:
+        raise ValueError(f"numpy dtype {name!r} is never stored (object or structured)")
+    return dtype
+
+
+def _stored_shape(shape: Any, itemsize: int, raw: Any) -> tuple[int, ...]:
+    """``shape`` checked against the byte count of ``raw``, before anything is allocated."""
+    if type(raw) is not bytes or type(shape) is not list or len(shape) > 64:
+        raise ValueError("an array whose shape or bytes have the wrong type")
+    if not all(type(dim) is int and dim >= 0 for dim in shape):
+        raise ValueError(f"an array of shape {shape!r}")
+    if itemsize and itemsize * math.prod(shape) != len(raw):
+        raise ValueError(f"an array of shape {shape} and itemsize {itemsize} stored in {len(raw)} bytes")
+    return tuple(shape)
+
+
+def _ndarray(name: Any, shape: Any, raw: Any) -> np.ndarray:
+    dtype = _stored_dtype(name)
+    dims = _stored_shape(shape, dtype.itemsize, raw)
+    if dtype.itemsize == 0:
+        if dtype.kind != "V" or raw:  # numpy widens zero-width strings, which would allocate
+            raise ValueError(f"an array of zero-width dtype {name!r}")
+        return np.zeros(dims, dtype=dtype)
+    if not raw:
+        return np.zeros(dims, dtype=dtype)
+    return np.frombuffer(raw, dtype=dtype).reshape(dims).copy()
+
+
+def _npscalar(name: Any, raw: Any) -> Any:
+    dtype = _stored_dtype(name)
+    if type(raw) is not bytes or (dtype.itemsize and len(raw) != dtype.itemsize):
+        raise ValueError(f"a numpy {name!r} scalar stored in the wrong number of bytes")
+    if dtype.itemsize == 0:  # np.str_("") and np.bytes_(b"")
+        return dtype.type()
+    return np.frombuffer(raw, dtype=dtype)[0]
+
+
+def _tensor(dtype_name: Any, shape: Any, raw: Any) -> Any:
+    import torch
+
+    dtype = getattr(torch, dtype_name, None) if type(dtype_name) is str else None
+    if not isinstance(dtype, torch.dtype):
+        raise ValueError(f"{dtype_name!r} is not a torch dtype")
+    dims = _stored_shape(shape, dtype.itemsize, raw)
+    if not raw:
+        return torch.empty(dims, dtype=dtype)
+    return torch.frombuffer(bytearray(raw), dtype=torch.uint8).view(dtype).reshape(dims)
 
 
 _UNPACK_OPTIONS: dict[str, Any] = {
@@ -176,7 +301,8 @@ def _unpack(data: bytes | memoryview) -> Any:
 
 
 # What decoding damaged or hostile bytes can raise, from msgpack, numpy, torch or litdata.
-_DECODE_FAILURES = (ValueError, TypeError, AttributeError, KeyError, IndexError, OverflowError, RecursionError)
+# RuntimeError covers torch's errors (and RecursionError); UnicodeDecodeError is a ValueError.
+_DECODE_FAILURES = (ValueError, TypeError, AttributeError, KeyError, IndexError, OverflowError, RuntimeError)
 
 
 def decode_all(data: bytes, where: str = "records") -> list[Any]:
@@ -189,7 +315,7 @@ def decode_all(data: bytes, where: str = "records") -> list[Any]:
     unpacker.feed(data)
     try:
         return list(unpacker)
-    except _DECODE_FAILURES as exc:
+    except (IntegrityError, *_DECODE_FAILURES) as exc:
         raise IntegrityError(f"{where}: stored bytes do not decode: {exc!r}") from exc
 
 
@@ -201,5 +327,5 @@ def decode(data: bytes | memoryview, where: str = "record") -> Any:
     """
     try:
         return _unpack(data)
-    except _DECODE_FAILURES as exc:
+    except (IntegrityError, *_DECODE_FAILURES) as exc:
         raise IntegrityError(f"{where}: stored bytes do not decode: {exc!r}") from exc

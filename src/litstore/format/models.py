@@ -16,6 +16,7 @@ from typing import Annotated, Any, Literal
 import pydantic
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, TypeAdapter, field_validator, model_validator
 
+from litstore.errors import InvalidArgumentError
 from litstore.format import layout
 from litstore.format.hashing import split_unit
 
@@ -46,10 +47,13 @@ class HashSplit(_Frozen):
     fractions: dict[str, float]
 
     def __init__(self, fractions: dict[str, float] | None = None, /, **named: Any) -> None:
-        if fractions is None and isinstance(named.get("fractions"), dict):
-            super().__init__(**named)  # validation of stored JSON: kind=..., fractions={...}
-        else:
-            super().__init__(**{"fractions": fractions if fractions is not None else named})
+        try:
+            if fractions is None and isinstance(named.get("fractions"), dict):
+                super().__init__(**named)  # validation of stored JSON: kind=..., fractions={...}
+            else:
+                super().__init__(**{"fractions": fractions if fractions is not None else named})
+        except pydantic.ValidationError as exc:
+            raise InvalidArgumentError(f"invalid HashSplit: {exc.errors()[0]['msg']}") from None
 
     @field_validator("fractions")
     @classmethod
@@ -86,6 +90,19 @@ class FieldSplit(_Frozen):
     kind: Literal["field"] = "field"
     field: str
     names: tuple[str, ...] = ("train", "val", "test")
+
+    def __init__(self, **values: Any) -> None:
+        try:
+            super().__init__(**values)
+        except pydantic.ValidationError as exc:
+            raise InvalidArgumentError(f"invalid FieldSplit: {exc.errors()[0]['msg']}") from None
+
+    @field_validator("field")
+    @classmethod
+    def _valid_field(cls, field: str) -> str:
+        if not field or not field.isidentifier():
+            raise ValueError(f"split field {field!r} must be a record field name")
+        return field
 
     @field_validator("names")
     @classmethod
@@ -208,6 +225,16 @@ class Version(_Frozen):
     def total(self) -> int:
         """Live records in all splits."""
         return sum(self.counts.values())
+
+    def __repr__(self) -> str:
+        changes = f"+{self.added} ~{self.replaced} -{self.removed}"
+        said = f" {self.message!r}" if self.message else ""
+        return (
+            f"<Version {self.number} {self.operation} {self.created_at:%Y-%m-%d %H:%M:%S} UTC: {changes}, "
+            f"{self.total} records{said}>"
+        )
+
+    __str__ = __repr__
 
     def __int__(self) -> int:
         return self.number

@@ -68,3 +68,10 @@ class Diff:
 
     def __str__(self) -> str:
         return self.summary()
+
+    def __repr__(self) -> str:
+        counts = self.counts
+        return (
+            f"<Diff {self.old} -> {self.new}: +{counts['added']} added, -{counts['removed']} removed, "
+            f"~{counts['changed']} changed>"
+        )

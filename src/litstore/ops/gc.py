@@ -135,11 +135,8 @@ def collect(
     tagged = [log.read_tag(storage, name).version for name in log.tag_names(storage)]
     kept = choose_kept(versions, tagged, keep_last, older_than)
     expired = [version for version in versions if version.number not in kept]
-    written: list[int] = []
-    if expired and not dry_run:
-        for version in _needing_checkpoints(storage, versions, kept):
-            log.write_checkpoint(storage, config, version)
-            written.append(version.number)
+    # Every index is read (and its chunk names checked) before anything is written, so a
+    # store gc refuses is left as it was.
     needed: set[str] = {layout.CONFIG}
     for version in versions:
         if version.number in kept:
@@ -147,6 +144,15 @@ def collect(
     expired_files: set[str] = set()
     for version in expired:
         expired_files |= referenced_files(storage, version)
+    written: list[int] = []
+    if expired and not dry_run:
+        checkpoints = [
+            (version, log.compose_manifest(storage, config, version.number))
+            for version in _needing_checkpoints(storage, versions, kept)
+        ]
+        for version, full in checkpoints:
+            log.write_checkpoint(storage, config, version, full)
+            written.append(version.number)
     cutoff = time.time() - grace.total_seconds()
     doomed: list[tuple[str, int]] = []
     for prefix in (layout.FRAGMENTS, layout.MANIFESTS, layout.VERSIONS):

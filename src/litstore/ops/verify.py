@@ -109,6 +109,10 @@ class VerifyReport:
     def __str__(self) -> str:
         return self.summary()
 
+    def __repr__(self) -> str:
+        verdict = "OK" if self.ok else f"FAILED ({len(self.problems())} kinds of problem)"
+        return f"<VerifyReport version {self.version}: {verdict}, {self.records_checked} records checked>"
+
     def raise_if_failed(self) -> VerifyReport:
         """Return ``self`` if ``ok``, else raise :class:`VerificationError` with the summary."""
         if not self.ok:

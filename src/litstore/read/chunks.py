@@ -4,6 +4,8 @@ A :class:`ChunkCache` keeps the most recently used chunks open: a chunk the back
 can memory-map costs a slice per lookup; of any other chunk only the item offsets
 are kept, and each lookup reads just the bytes of its item (one ranged GET).
 Chunks are immutable once committed, so a cached chunk never goes stale.
+:func:`mismatched` tells which payloads differ from their committed content hashes;
+a chunk file that is gone raises :class:`~litstore.errors.IntegrityError` naming it.
 """
 
 from __future__ import annotations
@@ -16,8 +18,8 @@ from typing import Any
 import numpy as np
 
 from litstore._litdata import chunk as layout
-from litstore.errors import IntegrityError
-from litstore.format import codec
+from litstore.errors import IntegrityError, MissingFileError
+from litstore.format import codec, hashing
 from litstore.storage import Storage
 
 # The first ranged read of a remote chunk: enough for the header of ~16,000 items.
@@ -59,6 +61,12 @@ class ChunkCache:
         return chunk
 
     def _load(self, name: str) -> _OpenChunk:
+        try:
+            return self._open_chunk(name)
+        except MissingFileError as exc:
+            raise IntegrityError(f"chunk {name}, committed in this version, is missing from the store") from exc
+
+    def _open_chunk(self, name: str) -> _OpenChunk:
         data = self._storage.mapped(name)
         if data is not None:
             return _OpenChunk(data, layout.item_offsets(data, name))
@@ -89,7 +97,10 @@ class ChunkCache:
         cheaper than decoding them one by one; a remote chunk's are fetched with few,
         concurrent ranged GETs.
         """
-        payloads = self.payloads(name, rows)
+        return self.decode(name, self.payloads(name, rows))
+
+    def decode(self, name: str, payloads: list[bytes] | list[memoryview]) -> list[Any]:
+        """The records encoded by ``payloads`` of chunk ``name``, in one decode pass."""
         records = codec.decode_all(b"".join(payloads), f"chunk {name}")
         if len(records) != len(payloads):
             raise IntegrityError(f"chunk {name}: {len(payloads)} payloads decoded as {len(records)} records")
@@ -138,3 +149,10 @@ class ChunkCache:
 
     def offsets(self, name: str) -> np.ndarray:
         return self._chunk(name).offsets
+
+
+def mismatched(payloads: list[bytes] | list[memoryview], expected: np.ndarray) -> np.ndarray:
+    """Positions of the ``payloads`` whose content hash is not the ``(n, 16)`` ``expected`` row."""
+    digest = hashing.content_hash
+    actual = np.frombuffer(b"".join([digest(payload) for payload in payloads]), dtype=np.uint8)
+    return np.flatnonzero((actual.reshape(-1, 16) != expected).any(axis=1))

@@ -1,8 +1,11 @@
-"""The in-memory lookup index of one version: key hash -> (chunk, row).
+"""The in-memory lookup index of one version: key hash -> (chunk, row, content hash).
 
-Three parallel arrays sorted by key hash (uint64 hash, uint32 chunk id, uint32 row:
-16 bytes a record) plus the list of chunk names. A lookup is one binary search;
-since hashes can collide, callers confirm each hit by the stored record's key.
+Four parallel arrays sorted by key hash (uint64 hash, uint32 chunk id, uint32 row,
+16-byte content hash: 32 bytes a record, half of it the content hash) plus the list
+of chunk names. A lookup is one binary search; since hashes can collide, callers
+confirm each hit by the stored record's key. The content hash is what the manifest
+committed for the record, so a reader can tell the bytes it read are the record's and
+not damage (a flipped bit decodes to a plausible record more often than not).
 """
 
 from __future__ import annotations
@@ -13,17 +16,20 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
+from litstore.errors import IntegrityError
+
 
 @dataclass(frozen=True)
 class KeyIndex:
     hashes: np.ndarray  # uint64, sorted
     chunk_ids: np.ndarray  # uint32, into ``chunks``
     rows: np.ndarray  # uint32
+    contents: np.ndarray  # (n, 16) uint8: the committed content hash of each record
     chunks: tuple[str, ...]
 
     @classmethod
     def from_manifest(cls, manifest: pa.Table) -> KeyIndex:
-        """Build from a manifest's ``key_hash``, ``chunk`` and ``row`` columns."""
+        """Build from a manifest's ``key_hash``, ``content_hash``, ``chunk`` and ``row`` columns."""
         chunk_column = manifest.column("chunk").combine_chunks().dictionary_encode()
         hashes = manifest.column("key_hash").to_numpy()
         order = np.argsort(hashes, kind="stable")
@@ -31,6 +37,7 @@ class KeyIndex:
             hashes=np.ascontiguousarray(hashes[order]),
             chunk_ids=chunk_column.indices.to_numpy().astype(np.uint32)[order],
             rows=manifest.column("row").to_numpy().astype(np.uint32)[order],
+            contents=content_matrix(manifest.column("content_hash"))[order],
             chunks=tuple(chunk_column.dictionary.to_pylist()),
         )
 
@@ -40,7 +47,7 @@ class KeyIndex:
     @property
     def nbytes(self) -> int:
         """Memory held by the arrays (the chunk names are shared and few)."""
-        return self.hashes.nbytes + self.chunk_ids.nbytes + self.rows.nbytes
+        return self.hashes.nbytes + self.chunk_ids.nbytes + self.rows.nbytes + self.contents.nbytes
 
     def positions(self, key_hash: int) -> range:
         """Positions whose hash equals ``key_hash`` (usually zero or one)."""
@@ -67,13 +74,20 @@ class KeyIndex:
     def location(self, position: int) -> tuple[str, int]:
         return self.chunks[int(self.chunk_ids[position])], int(self.rows[position])
 
-    def with_changes(
-        self, removed: np.ndarray, hashes: np.ndarray, chunk_names: Sequence[str], rows: np.ndarray
-    ) -> KeyIndex:
-        """A new index without the positions in ``removed`` and with the given entries added.
+    def content(self, position: int) -> bytes:
+        """The committed content hash of the record at ``position``."""
+        return bytes(self.contents[position].tobytes())
 
+    def with_changes(self, removed: np.ndarray, added: pa.Table) -> KeyIndex:
+        """A new index without the positions in ``removed`` and with the manifest rows ``added``.
+
+        ``added`` needs the ``key_hash``, ``content_hash``, ``chunk`` and ``row`` columns.
         Costs O(n + m log m) for ``m`` added entries: one merge, no full re-sort.
         """
+        hashes = added.column("key_hash").to_numpy()
+        chunk_names: Sequence[str] = added.column("chunk").to_pylist()
+        rows = added.column("row").to_numpy()
+        contents = content_matrix(added.column("content_hash"))
         chunk_table = list(self.chunks)
         known = {name: number for number, name in enumerate(chunk_table)}
         new_ids = np.empty(len(chunk_names), dtype=np.uint32)
@@ -83,11 +97,12 @@ class KeyIndex:
                 number = known[name] = len(chunk_table)
                 chunk_table.append(name)
             new_ids[position] = number
-        keep_hashes, keep_ids, keep_rows = self.hashes, self.chunk_ids, self.rows
+        keep_hashes, keep_ids, keep_rows, keep_contents = self.hashes, self.chunk_ids, self.rows, self.contents
         if len(removed):
             keep = np.ones(len(self.hashes), dtype=bool)
             keep[removed] = False
             keep_hashes, keep_ids, keep_rows = keep_hashes[keep], keep_ids[keep], keep_rows[keep]
+            keep_contents = keep_contents[keep]
         order = np.argsort(hashes, kind="stable")
         sorted_hashes = hashes[order]
         at = np.searchsorted(keep_hashes, sorted_hashes, "right")
@@ -95,5 +110,16 @@ class KeyIndex:
             hashes=np.insert(keep_hashes, at, sorted_hashes),
             chunk_ids=np.insert(keep_ids, at, new_ids[order]),
             rows=np.insert(keep_rows, at, rows.astype(np.uint32)[order]),
+            contents=np.insert(keep_contents, at, contents[order], axis=0),
             chunks=tuple(chunk_table),
         )
+
+
+def content_matrix(column: pa.ChunkedArray | pa.Array) -> np.ndarray:
+    """A ``binary(16)`` content-hash column as an ``(n, 16)`` uint8 array (one copy, no Python objects)."""
+    array = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    if array.null_count:
+        raise IntegrityError("a manifest has records without a content hash")
+    width = array.type.byte_width
+    data = np.frombuffer(array.buffers()[1], dtype=np.uint8)
+    return data[array.offset * width : (array.offset + len(array)) * width].reshape(-1, width).copy()

@@ -2,17 +2,18 @@
 
 Besides the rules of :mod:`litstore.storage.base`, the local backend never follows a
 symbolic link (a store's files are untrusted: a ``fragments`` link to ``/home`` must
-not let a read return, or gc delete, the user's own files) and reads regular files
-only (a FIFO or a device under the root is refused, never waited on or read
-forever). Writes go to a temporary ``.tmp-<id>-<name>`` beside the target and are
-renamed into place; :meth:`LocalStorage.temporary_files` lists the ones a killed
-writer left behind, for gc.
+not let a read return, or gc delete, the user's own files) and reads and lists
+regular files only (a FIFO or a device under the root is refused, never waited on
+or read forever). Writes go to a temporary ``.tmp-<32 hex>-<name>`` beside the
+target and are renamed into place; :meth:`LocalStorage.temporary_files` lists the
+ones a killed writer left behind, for gc.
 """
 
 from __future__ import annotations
 
 import mmap
 import os
+import re
 import shutil
 import stat
 import uuid
@@ -24,7 +25,8 @@ from typing import Any
 from litstore.errors import MissingFileError, StorageError, UnsafePathError
 from litstore.storage.base import FileInfo, Storage, check_path
 
-_TEMPORARY = ".tmp-"
+# The temporary file a write renames into place: ``.tmp-<32 hex>-<name>``.
+_TEMPORARY = re.compile(r"\.tmp-[0-9a-f]{32}-.+")
 
 
 class LocalStorage(Storage):
@@ -81,12 +83,15 @@ class LocalStorage(Storage):
         full = self._full(path)
         try:
             descriptor = os.open(full, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-        except FileNotFoundError as exc:
+        except (FileNotFoundError, NotADirectoryError) as exc:
             raise MissingFileError(f"no file {path!r} in {self.root}") from exc
         except OSError as exc:
             raise StorageError(f"cannot read {path!r} in {self.root}: {exc}") from exc
         try:
-            if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+            mode = os.fstat(descriptor).st_mode
+            if stat.S_ISDIR(mode):
+                raise MissingFileError(f"no file {path!r} in {self.root} (it is a directory)")
+            if not stat.S_ISREG(mode):
                 raise UnsafePathError(f"{path!r} in {self.root} is not a regular file; refused")
             handle = os.fdopen(descriptor, "rb")
         except BaseException:
@@ -100,9 +105,9 @@ class LocalStorage(Storage):
 
     def write(self, path: str, data: bytes) -> None:
         target = self._full(path)
-        temporary = target.with_name(f"{_TEMPORARY}{uuid.uuid4().hex}-{target.name}")
+        temporary = _temporary_beside(target)
+        self._make_parents(path, target)
         try:
-            self._make_parents(path, target)
             temporary.write_bytes(data)
             os.replace(temporary, target)
         except OSError as exc:
@@ -111,9 +116,9 @@ class LocalStorage(Storage):
 
     def put_if_absent(self, path: str, data: bytes) -> bool:
         target = self._full(path)
-        temporary = target.with_name(f"{_TEMPORARY}{uuid.uuid4().hex}-{target.name}")
+        temporary = _temporary_beside(target)
+        self._make_parents(path, target)
         try:
-            self._make_parents(path, target)
             with open(temporary, "wb") as handle:
                 handle.write(data)
                 handle.flush()
@@ -128,22 +133,32 @@ class LocalStorage(Storage):
         return True
 
     def _make_parents(self, path: str, target: Path) -> None:
-        target.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StorageError(f"cannot create the directory of {path!r} in {self.root}: {exc}") from exc
         self._full(path)  # a directory swapped for a link while we created it is refused
 
     def exists(self, path: str) -> bool:
-        return os.path.lexists(self._full(path))
+        full = self._full(path)
+        try:
+            return not stat.S_ISDIR(os.lstat(full).st_mode)
+        except (FileNotFoundError, NotADirectoryError):
+            return False
+        except OSError as exc:
+            raise StorageError(f"cannot look up {path!r} in {self.root}: {exc}") from exc
 
     def names(self, prefix: str) -> list[str]:
         directory = self._full(prefix) if prefix else self.root
         try:
-            return sorted(entry.name for entry in os.scandir(directory) if not entry.name.startswith(_TEMPORARY))
+            return sorted(entry.name for entry in os.scandir(directory) if not _TEMPORARY.fullmatch(entry.name))
         except (FileNotFoundError, NotADirectoryError):
             return []
         except OSError as exc:
             raise StorageError(f"cannot list {prefix!r} in {self.root}: {exc}") from exc
 
     def _scan(self, prefix: str) -> Iterator[tuple[str, os.stat_result]]:
+        """Every regular file under ``prefix`` (never a link, FIFO or device) with its status."""
         top = self._full(prefix)
         if not top.is_dir():
             return
@@ -154,20 +169,21 @@ class LocalStorage(Storage):
                     status = full.lstat()
                 except FileNotFoundError:
                     continue
-                yield full.relative_to(self.root).as_posix(), status
+                if stat.S_ISREG(status.st_mode):
+                    yield full.relative_to(self.root).as_posix(), status
 
     def walk(self, prefix: str) -> list[FileInfo]:
         return [
             FileInfo(path, status.st_size, status.st_mtime)
             for path, status in self._scan(prefix)
-            if not path.rsplit("/", 1)[-1].startswith(_TEMPORARY)
+            if not _TEMPORARY.fullmatch(path.rsplit("/", 1)[-1])
         ]
 
     def temporary_files(self, prefix: str) -> list[FileInfo]:
         return [
             FileInfo(path, status.st_size, status.st_mtime)
             for path, status in self._scan(prefix)
-            if path.rsplit("/", 1)[-1].startswith(_TEMPORARY)
+            if _TEMPORARY.fullmatch(path.rsplit("/", 1)[-1])
         ]
 
     def delete(self, path: str) -> None:
@@ -210,3 +226,8 @@ class LocalStorage(Storage):
             raise StorageError(f"cannot create directory {prefix!r} in {self.root}: {exc}") from exc
         self._full(prefix)
         yield str(target)
+
+
+def _temporary_beside(target: Path) -> Path:
+    """A fresh temporary name in ``target``'s directory, which :data:`_TEMPORARY` matches."""
+    return target.with_name(f".tmp-{uuid.uuid4().hex}-{target.name}")

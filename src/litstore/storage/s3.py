@@ -106,10 +106,18 @@ class S3Storage(Storage):
 
     def read_range(self, path: str, start: int, end: int) -> bytes:
         """Bytes ``[start, end)`` of ``path`` (fewer if the object is shorter)."""
+        key = self._key(path)
         if end <= start:
+            if not self.exists(path):
+                raise MissingFileError(f"no file {path!r} in {self.url}")
             return b""
         with self._translated("read", path):
-            response = self.client.get_object(Bucket=self.bucket, Key=self._key(path), Range=f"bytes={start}-{end - 1}")
+            try:
+                response = self.client.get_object(Bucket=self.bucket, Key=key, Range=f"bytes={start}-{end - 1}")
+            except ClientError as exc:
+                if exc.response.get("Error", {}).get("Code") != "InvalidRange":
+                    raise
+                return b""  # S3 refuses a range that starts at or past the end of the object
             data: bytes = response["Body"].read()
         self.bytes_read += len(data)
         return data

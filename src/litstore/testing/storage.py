@@ -187,6 +187,8 @@ class StorageTests:
     def test_read_range_of_missing_file_raises(self, storage: Storage) -> None:
         with pytest.raises(MissingFileError):
             storage.read_range("nothing", 0, 10)
+        with pytest.raises(MissingFileError):
+            storage.read_range("nothing", 3, 3)
 
     # --- put_if_absent --------------------------------------------------------------
 

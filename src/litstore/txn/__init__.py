@@ -20,7 +20,7 @@ Modules: :mod:`.records` (input validation), :mod:`.stage`, :mod:`.plan`,
 
 from litstore.txn.commit import commit
 from litstore.txn.plan import Plan, plan, refuse_existing, without_unchanged
-from litstore.txn.records import Batch, prepare
+from litstore.txn.records import Batch, prepare, prepare_runs
 from litstore.txn.stage import StagedFragment, discard, stage
 
 __all__ = [
@@ -31,6 +31,7 @@ __all__ = [
     "discard",
     "plan",
     "prepare",
+    "prepare_runs",
     "refuse_existing",
     "stage",
     "without_unchanged",

@@ -15,7 +15,9 @@ growing pause (so writers in a loop do not starve one another).
 A crash is harmless at any point: before the commit record exists, nothing
 references the new files (``gc`` removes them later); after it, the version is
 complete. A commit record whose response was lost (S3 retried the PUT and got
-"exists") is recognised by its transaction id, never cleaned up as a loser's.
+"exists") is recognised by its transaction id, never cleaned up as a loser's; if it
+cannot be read back, :class:`~litstore.errors.UncertainCommitError` says so and nothing
+the record may name (the new files, the moved rows, the staged fragments) is removed.
 """
 
 from __future__ import annotations
@@ -28,10 +30,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from litstore import query
 from litstore._litdata.index import ChunkInfo, index_document
-from litstore.errors import ConflictError, StorageError, VersionNotFoundError, describe
+from litstore.errors import ConflictError, StorageError, UncertainCommitError, VersionNotFoundError, describe
 from litstore.format import hashing, layout
 from litstore.format import manifest as manifest_format
 from litstore.format.manifest import ChangeKind
@@ -57,6 +60,8 @@ def commit(
     mode: Mode = "append",
     deletes: Sequence[Any] = (),
     missing_ok: bool = False,
+    rewrite: frozenset[str] = frozenset(),
+    chunk_bytes: int | None = None,
     operation: Operation | None = None,
     message: str | None = None,
     metadata: dict[str, Any] | None = None,
@@ -74,7 +79,7 @@ def commit(
         ConflictError: another writer committed changes to the same keys first.
     """
     head = parent
-    current = plan(head, fragments, mode, deletes, missing_ok)
+    current = plan(head, fragments, mode, deletes, missing_ok, rewrite, chunk_bytes)
     if current.empty:
         return head
     operation = operation or ("delete" if not fragments else mode)
@@ -96,15 +101,15 @@ def commit(
                     if moves is not None:
                         discard(head.storage, moves)
                         moves = None
-                    current = plan(head, fragments, mode, deletes, missing_ok)
+                    current = plan(head, fragments, mode, deletes, missing_ok, rewrite, chunk_bytes)
                     if current.empty:
                         return head
                     current, moves = _relocate(head, current, progress)
                 time.sleep(random.uniform(0, min(_MAX_PAUSE, 0.002 * 2 ** min(attempt, 10))))
                 continue
             return head.successor(version, chunks, _next_index(head, current))
-    except BaseException:
-        if moves is not None:
+    except BaseException as exc:
+        if moves is not None and not isinstance(exc, UncertainCommitError):  # a record may list the moves
             discard(head.storage, moves)
         raise
     raise ConflictError(f"gave up after {_MAX_ATTEMPTS} attempts to commit; nothing was committed")
@@ -129,12 +134,14 @@ def _relocate(head: Snapshot, current: Plan, progress: bool) -> tuple[Plan, Stag
         payloads=payloads,
         content_hashes=rows.column("content_hash").to_pylist(),
     )
-    moves = stage(head.storage, head.config, batch, progress, description="moving records")
+    moves = stage(head.storage, head.config, batch, progress, "moving records", current.chunk_bytes)
     chunk_values = current.rows.column("chunk").to_pylist()
     row_values = current.rows.column("row").to_numpy().copy()
-    for position, chunk, row in zip(
-        positions.tolist(), moves.rows.column("chunk").to_pylist(), moves.rows.column("row").to_pylist()
-    ):
+    # The stager lists rows in the order it wrote them: match them to the plan by key.
+    where = pc.index_in(rows.column("key"), value_set=moves.rows.column("key")).to_numpy(zero_copy_only=False)
+    moved_chunks = moves.rows.column("chunk").take(pa.array(where)).to_pylist()
+    moved_rows = moves.rows.column("row").take(pa.array(where)).to_pylist()
+    for position, chunk, row in zip(positions.tolist(), moved_chunks, moved_rows, strict=True):
         chunk_values[position] = chunk
         row_values[position] = row
     rows_table = current.rows.set_column(
@@ -169,6 +176,8 @@ def publish(
     Raises:
         ConflictError: another writer committed this version number first; the
             files this call wrote are removed again, the staged fragments are kept.
+        UncertainCommitError: whether the commit record was created is unknown;
+            nothing is removed.
     """
     storage, config, parent = head.storage, head.config, head.version
     number = parent.number + 1
@@ -231,12 +240,16 @@ def publish(
 
 
 def put_commit_record(head: Snapshot, version: Version) -> bool:
-    """Create ``version``'s commit record; whether it is ours now.
+    """Create ``version``'s commit record; whether it is ours now (``False``: another writer's is).
 
     A PUT can succeed on the server while its response is lost: the client retries
     and is told the record exists, or gives up with an error. Either way the record
     is read back, and if it carries this attempt's transaction id the commit
-    happened. An error that leaves it unknown is raised without cleaning anything up.
+    happened.
+
+    Raises:
+        UncertainCommitError: the PUT failed and reading the record back could not
+            tell whether it landed; the caller must not remove anything the record names.
     """
     storage = head.storage
     path = layout.version_record(version.number)
@@ -244,19 +257,36 @@ def put_commit_record(head: Snapshot, version: Version) -> bool:
     try:
         if storage.put_if_absent(path, data):
             return True
-    except StorageError:
-        if _is_ours(head, version):
+    except StorageError as exc:
+        try:
+            owner = _owner(head, version.number)
+        except StorageError:
+            owner = None
+        if owner == version.transaction:
             return True
-        raise
-    return _is_ours(head, version)
-
-
-def _is_ours(head: Snapshot, version: Version) -> bool:
+        if owner is not None:
+            return False  # another writer's record holds the number: ours can never land
+        raise UncertainCommitError(
+            f"creating the commit record of version {version.number} failed and it cannot be read back: "
+            f"{exc}. It may have been created all the same; open the store again to see."
+        ) from exc
     try:
-        record = log.read_record(head.storage, version.number)
+        return _owner(head, version.number) == version.transaction
+    except StorageError as exc:
+        raise UncertainCommitError(
+            f"version {version.number} exists but its commit record cannot be read back to see whose it is: {exc}"
+        ) from exc
+
+
+def _owner(head: Snapshot, number: int) -> str | None:
+    """The transaction of commit record ``number`` (``""`` for a tombstone); ``None`` if there is none."""
+    try:
+        record = log.read_record(head.storage, number)
     except VersionNotFoundError:
-        return False
-    return isinstance(record, Version) and record.transaction == version.transaction
+        return None
+    if isinstance(record, ExpiredVersion):
+        return ""
+    return record.transaction or ""
 
 
 def catch_up(head: Snapshot) -> tuple[Snapshot, set[Any], set[str]]:
@@ -291,10 +321,7 @@ def _next_index(head: Snapshot, current: Plan) -> KeyIndex | None:
         return None
     dropped_ids = [number for number, name in enumerate(index.chunks) if name in current.dropped_chunks]
     removed = np.flatnonzero(np.isin(index.chunk_ids, np.array(dropped_ids, dtype=np.uint32)))
-    rows = current.rows
-    return index.with_changes(
-        removed, rows.column("key_hash").to_numpy(), rows.column("chunk").to_pylist(), rows.column("row").to_numpy()
-    )
+    return index.with_changes(removed, current.rows)
 
 
 def _count_changes(current: Plan) -> dict[str, int]:

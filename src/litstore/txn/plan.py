@@ -61,6 +61,8 @@ class Plan:
         replaced, deleted: the parent's records that leave.
         dropped_chunks: chunks of the parent the version no longer lists.
         staged_chunks: the staged chunks the version lists, per split.
+        chunk_bytes: target size of the chunks moved rows are written to (default:
+            the store's ``chunk_bytes``).
     """
 
     rows: pa.Table
@@ -69,6 +71,7 @@ class Plan:
     deleted: Removal
     dropped_chunks: frozenset[str]
     staged_chunks: dict[str, list[Any]]
+    chunk_bytes: int | None = None
 
     @property
     def empty(self) -> bool:
@@ -89,11 +92,15 @@ def plan(
     mode: Mode,
     deletes: Sequence[Any] = (),
     missing_ok: bool = False,
+    rewrite: frozenset[str] = frozenset(),
+    chunk_bytes: int | None = None,
 ) -> Plan:
     """Plan publishing ``fragments`` and deleting ``deletes`` on top of ``parent``.
 
     ``append`` refuses keys the parent has; ``upsert`` replaces them, skips records
     whose content is unchanged, and refuses to move a key to another split.
+    ``rewrite`` names chunks of the parent to drop and move whole (compaction), into
+    chunks of ``chunk_bytes``.
 
     Raises:
         DuplicateKeyError: a key is staged twice, staged and deleted, or (append) already live.
@@ -158,7 +165,7 @@ def plan(
             )
         deleted = Removal.of(found)
         leaving.append(found)
-    dropped = frozenset(name for table in leaving for name in table.column("chunk").to_pylist())
+    dropped = frozenset(name for table in leaving for name in table.column("chunk").to_pylist()) | rewrite
     staged_dropped = set(staged.filter(pa.array(skipped)).column("chunk").to_pylist())
     entering = staged.filter(pa.array(~skipped))
     entering_kinds = [str(ChangeKind.REPLACED if kind else ChangeKind.ADDED) for kind in replacing[~skipped].tolist()]
@@ -175,14 +182,17 @@ def plan(
         for split, chunks in fragment.chunks.items():
             kept = [chunk for chunk in chunks if chunk.filename not in staged_dropped]
             staged_chunks.setdefault(split, []).extend(kept)
-    return Plan(rows, relocate.astype(bool), replaced, deleted, dropped, staged_chunks)
+    return Plan(rows, relocate.astype(bool), replaced, deleted, dropped, staged_chunks, chunk_bytes)
 
 
-def refuse_existing(parent: Snapshot, batch: Batch) -> None:
-    """Raise :class:`DuplicateKeyError` naming the batch's keys that ``parent`` already holds."""
+def refuse_existing(parent: Snapshot, batch: Batch, offset: int = 0) -> None:
+    """Raise :class:`DuplicateKeyError` naming the batch's keys that ``parent`` already holds.
+
+    ``offset`` is the input position of the batch's first record (for runs of a stream).
+    """
     existing = parent.existing_keys(batch.keys)
     if existing:
-        positions = {key: position for position, key in enumerate(batch.keys)}
+        positions = {key: offset + position for position, key in enumerate(batch.keys)}
         raise DuplicateKeyError(
             f"{len(existing)} keys are already in the store (append never replaces; use upsert): {describe(existing)}",
             [(positions[key], key) for key in existing],

@@ -8,7 +8,7 @@ so a rejected batch leaves the store exactly as it was.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,11 +19,13 @@ from tqdm.auto import tqdm
 from litstore.errors import (
     SHOWN_CULPRITS,
     DuplicateKeyError,
+    InvalidArgumentError,
     InvalidRecordError,
     KeyFieldError,
     SchemaError,
     SplitError,
     UnsupportedValueError,
+    describe,
 )
 from litstore.format import codec, hashing
 from litstore.format.models import FieldSplit, StoreConfig
@@ -96,20 +98,41 @@ def _as_mapping(record: Any, model: type[pydantic.BaseModel] | None) -> dict[str
 
 
 def _checked_key(record: dict[str, Any], config: StoreConfig) -> tuple[Any, str | None]:
-    """The record's key, or ``(None, reason)`` when it has no valid one."""
+    """The record's key as the store holds it, or ``(None, reason)`` when it has no valid one."""
     if config.key not in record:
-        return None, f"no key field {config.key!r}"
-    key = record[config.key]
+        fields = describe(sorted(map(str, record)), 10) or "none"
+        return None, f"no key field {config.key!r} (the record's fields: {fields})"
+    key = hashing.normalize_key(record[config.key])
     if key is None:
         return None, f"key field {config.key!r} is None"
     if config.key_type == "str":
         if isinstance(key, str):
+            if not key.isascii() and not _is_unicode(key):
+                return None, f"key {key!r} is not valid Unicode (it holds a lone surrogate)"
             return str(key), None
-    elif isinstance(key, (int, np.integer)) and not isinstance(key, (bool, np.bool_)):
-        if _INT64_MIN <= int(key) <= _INT64_MAX:
+    elif isinstance(key, int) and not isinstance(key, bool):
+        if _INT64_MIN <= key <= _INT64_MAX:
             return int(key), None
         return None, f"key {key} is outside the int64 range"
     return None, f"key {key!r} is a {type(key).__name__}, the store's keys are {config.key_type}"
+
+
+def _is_unicode(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _check_batch(records: Any) -> None:
+    """Refuse a single record, or anything else that is not an iterable of records."""
+    if isinstance(records, (Mapping, pydantic.BaseModel)):
+        raise InvalidArgumentError(
+            f"got one {type(records).__name__} where a batch belongs: pass a list of records, e.g. [record]"
+        )
+    if isinstance(records, (str, bytes)) or not isinstance(records, Iterable):
+        raise InvalidArgumentError(f"pass a list of records, not {type(records).__name__}")
 
 
 def prepare(
@@ -118,17 +141,43 @@ def prepare(
     model: type[pydantic.BaseModel] | None = None,
     progress: bool = False,
 ) -> Batch:
-    """Validate, encode and hash ``records``.
+    """Validate, encode and hash ``records``, all of them at once.
 
     Raises:
+        InvalidArgumentError: ``records`` is one record, or not an iterable of records.
         KeyFieldError, DuplicateKeyError, SchemaError, SplitError: some records are
             invalid; the error names them. Of several kinds, the first in that order.
     """
+    runs = list(prepare_runs(records, config, model, progress, run_bytes=None))
+    return runs[0] if runs else Batch([], np.empty(0, np.uint64), [], [], [])
+
+
+def prepare_runs(
+    records: Iterable[Any],
+    config: StoreConfig,
+    model: type[pydantic.BaseModel] | None = None,
+    progress: bool = False,
+    run_bytes: int | None = None,
+) -> Iterator[Batch]:
+    """Validate, encode and hash ``records``, yielding them in runs of about ``run_bytes`` of payload.
+
+    Streams: only one run is in memory (``run_bytes=None``: one run of everything).
+    Once a record is rejected no more runs are yielded, but the rest of the input is
+    still checked, so the error raised at the end names every culprit. Keys are
+    checked for duplicates within a run; the stager checks across runs.
+
+    Raises:
+        InvalidArgumentError: ``records`` is one record, or not an iterable of records.
+        KeyFieldError, DuplicateKeyError, SchemaError, SplitError: some records are
+            invalid; the error names them. Of several kinds, the first in that order.
+    """
+    _check_batch(records)
     problems = _Problems()
     keys: list[Any] = []
     splits: list[str] = []
     payloads: list[bytes] = []
     contents: list[bytes] = []
+    size = 0
     first_position: dict[Any, int] = {}
     rule = config.splits
     content_hash = hashing.content_hash
@@ -148,6 +197,8 @@ def prepare(
         if reason is not None:
             problems.add(KeyFieldError, position, None, reason)
             continue
+        if type(record[config.key]) is not type(key):  # np.int64(5) is stored as the key 5 it stands for
+            record = {**record, config.key: key}
         earlier = first_position.setdefault(key, position)
         if earlier != position:
             problems.add(DuplicateKeyError, position, key, f"same key as position {earlier}")
@@ -172,8 +223,14 @@ def prepare(
         splits.append(split)
         payloads.append(payload)
         contents.append(content_hash(payload))
+        size += len(payload)
+        if run_bytes is not None and size >= run_bytes:
+            yield Batch(keys, hashing.key_hashes(keys), splits, payloads, contents)
+            keys, splits, payloads, contents, size = [], [], [], [], 0
+            first_position.clear()
     problems.raise_first()
-    return Batch(keys, hashing.key_hashes(keys), splits, payloads, contents)
+    if keys or run_bytes is None:
+        yield Batch(keys, hashing.key_hashes(keys), splits, payloads, contents)
 
 
 def _first_error(exc: pydantic.ValidationError) -> str:

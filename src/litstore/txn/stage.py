@@ -1,25 +1,37 @@
 """Staging: writing records into a new fragment, before any version lists them.
 
-A :class:`StagedFragment` is small and picklable: its transaction id, the chunks it
-wrote and one manifest row per record. It can be produced in another process or on
-another machine (a Ray task, a torchrun rank) and handed to
-:func:`litstore.txn.commit`, which publishes any number of them as one version.
-A fragment that is never committed is invisible; ``gc`` removes it after its grace
-period.
+A :class:`StagedFragment` is small and picklable: its id, the chunks it wrote and one
+manifest row per record. It can be produced in another process or on another
+machine (a Ray task, a torchrun rank) and handed to :func:`litstore.txn.commit`,
+which publishes any number of them as one version. A fragment that is never
+committed is invisible; ``gc`` removes it after its grace period.
+
+Staging streams: records arrive as a sequence of :class:`~litstore.txn.records.Batch`
+runs (bounded in bytes by :func:`~litstore.txn.records.prepare_runs`), each run's
+records are sorted by key hash per split and appended to that split's chunk stream,
+and only the current run and the chunk being filled are in memory, whatever the
+input size. Within a run, key-hash order makes the chunks depend on the set of
+records, not on the order they came in: an input that fits in one run gives the
+same chunk files in any order.
 """
 
 from __future__ import annotations
 
+import itertools
 import mmap
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
+from tqdm.auto import tqdm
 
+from litstore import query
 from litstore._litdata import chunk as chunk_layout
 from litstore._litdata.index import ChunkInfo
-from litstore.errors import IntegrityError
+from litstore._litdata.writer import ChunkWriter
+from litstore.errors import DuplicateKeyError, IntegrityError, describe
 from litstore.format import hashing, layout
 from litstore.format import manifest as manifest_format
 from litstore.format.models import StoreConfig
@@ -35,7 +47,7 @@ class StagedFragment:
         transaction: the fragment's id (its files live under ``fragments/<transaction>/``).
         chunks: the chunks written for each split.
         rows: one manifest row per record (``key``, ``key_hash``, ``content_hash``,
-            ``split``, ``chunk``, ``row``), in the order the records were given.
+            ``split``, ``chunk``, ``row``), in the order they were written.
     """
 
     transaction: str
@@ -51,68 +63,102 @@ class StagedFragment:
 
 
 def stage(
-    storage: Storage, config: StoreConfig, batch: Batch, progress: bool = False, description: str = "writing records"
+    storage: Storage,
+    config: StoreConfig,
+    runs: Batch | Iterable[Batch],
+    progress: bool = False,
+    description: str = "writing records",
+    chunk_bytes: int | None = None,
 ) -> StagedFragment:
-    """Write ``batch`` into a new fragment, each split's records in key-hash order.
+    """Write ``runs`` (one batch or a stream of them) into a new fragment.
 
-    Key-hash order makes the chunks depend on the set of records, not on the order
-    they came in. The chunks are read back before this returns: every record must
-    sit, intact, exactly once where the rows say.
+    Each run's records are written per split in key-hash order; chunks are about
+    ``chunk_bytes`` (default: the store's) each. Every chunk is read back before this
+    returns: every record must sit, intact, exactly once where the rows say. If the
+    stream raises (bad input found late), the partial fragment is removed.
 
     Raises:
         IntegrityError: the written chunks do not hold every record exactly once.
     """
-    from litstore._litdata.writer import write_chunks  # imports litdata: only when writing
-
     transaction = layout.new_transaction()
     prefix = layout.fragment(transaction)
-    record_chunks: list[str] = [""] * len(batch)
-    record_rows = np.zeros(len(batch), dtype=np.uint32)
-    chunks: dict[str, tuple[ChunkInfo, ...]] = {}
-    split_names = np.array(batch.splits, dtype=object)
-    next_chunk = 0
-    with storage.staging(prefix) as directory:
-        for split in sorted(set(batch.splits)):
-            members = np.flatnonzero(split_names == split)
-            order = _break_hash_ties(members[np.argsort(batch.key_hashes[members], kind="stable")], batch)
-            written = write_chunks(
-                directory,
-                transaction,
-                prefix,
-                [batch.payloads[i] for i in order],
-                first_chunk=next_chunk,
-                chunk_bytes=config.chunk_bytes,
-                progress=progress,
-                description=f"{description} ({split})",
-            )
-            next_chunk += len(written)
-            chunks[split] = tuple(written)
-            start = 0
-            for written_chunk in written:
-                for row, position in enumerate(order[start : start + written_chunk.num_items].tolist()):
-                    record_chunks[position] = written_chunk.filename
-                    record_rows[position] = row
-                start += written_chunk.num_items
-            if start != len(order):
-                raise IntegrityError(f"litdata wrote {start} of {len(order)} records of split {split!r}")
-        _check_landed(directory, prefix, batch, record_chunks, record_rows)
-    rows = pa.Table.from_arrays(
-        [
-            pa.array(batch.keys, manifest_format.schema(config.key_type).field("key").type),
-            pa.array(batch.key_hashes, pa.uint64()),
-            pa.array(batch.content_hashes, pa.binary(16)),
-            pa.array(batch.splits, pa.string()),
-            pa.array(record_chunks, pa.string()),
-            pa.array(record_rows, pa.uint32()),
-        ],
-        schema=manifest_format.schema(config.key_type),
-    )
+    key_type = manifest_format.schema(config.key_type).field("key").type
+    numbers = itertools.count()
+    writers: dict[str, ChunkWriter] = {}
+    written: list[pa.Table] = []  # rows in the order they entered each split's chunk stream
+    bar = tqdm(desc=description, unit="rec", disable=not progress)
+    try:
+        with storage.staging(prefix) as directory:
+            runs_seen = 0
+            for run in [runs] if isinstance(runs, Batch) else runs:
+                runs_seen += 1
+                split_names = np.array(run.splits, dtype=object)
+                for split in sorted(set(run.splits)):
+                    members = np.flatnonzero(split_names == split)
+                    order = _break_hash_ties(members[np.argsort(run.key_hashes[members], kind="stable")], run)
+                    writer = writers.get(split)
+                    if writer is None:
+                        writer = writers[split] = ChunkWriter(
+                            directory, transaction, prefix, numbers, chunk_bytes or config.chunk_bytes
+                        )
+                    writer.add(run.payloads[i] for i in order.tolist())
+                    written.append(_rows_of(run, order, split, key_type))
+                    bar.update(len(order))
+            chunks = {split: tuple(writer.close()) for split, writer in sorted(writers.items())}
+            rows = _locate(written, chunks, config.key_type)
+            if runs_seen > 1:  # within a run the input was checked already
+                twice = query.duplicate_keys(rows)
+                if twice:
+                    raise DuplicateKeyError(f"{len(twice)} keys appear more than once in the input: {describe(twice)}")
+            _check_landed(directory, prefix, rows)
+    except BaseException:
+        storage.delete_tree(prefix)
+        raise
+    finally:
+        bar.close()
     return StagedFragment(transaction, chunks, rows)
 
 
 def discard(storage: Storage, fragment: StagedFragment) -> None:
     """Remove a staged fragment that will never be committed."""
     storage.delete_tree(layout.fragment(fragment.transaction))
+
+
+def _rows_of(run: Batch, order: np.ndarray, split: str, key_type: pa.DataType) -> pa.Table:
+    positions = order.tolist()
+    return pa.table(
+        {
+            "key": pa.array([run.keys[i] for i in positions], key_type),
+            "key_hash": pa.array(run.key_hashes[order], pa.uint64()),
+            "content_hash": pa.array([run.content_hashes[i] for i in positions], pa.binary(16)),
+            "split": pa.array([split] * len(positions), pa.string()),
+        }
+    )
+
+
+def _locate(written: list[pa.Table], chunks: dict[str, tuple[ChunkInfo, ...]], key_type: str) -> pa.Table:
+    """The manifest rows of everything written: each split's stream laid over its chunks."""
+    schema = manifest_format.schema(key_type)
+    if not written:
+        return schema.empty_table()
+    streams: dict[str, list[pa.Table]] = {}
+    for table in written:
+        streams.setdefault(table.column("split")[0].as_py(), []).append(table)
+    parts = []
+    for split, tables in sorted(streams.items()):
+        stream = pa.concat_tables(tables)
+        listed = chunks[split]
+        counts = np.array([chunk.num_items for chunk in listed], dtype=np.int64)
+        if int(counts.sum()) != stream.num_rows:
+            raise IntegrityError(f"{int(counts.sum())} of {stream.num_rows} records of split {split!r} were written")
+        names = pa.DictionaryArray.from_arrays(
+            pa.array(np.repeat(np.arange(len(listed), dtype=np.int32), counts)),
+            pa.array([chunk.filename for chunk in listed], pa.string()),
+        ).cast(pa.string())
+        starts = np.repeat(np.cumsum(counts) - counts, counts)
+        rows = np.arange(stream.num_rows, dtype=np.int64) - starts
+        parts.append(stream.append_column("chunk", names).append_column("row", pa.array(rows, pa.uint32())))
+    return pa.concat_tables(parts).select(list(manifest_format.MANIFEST_COLUMNS)).cast(schema)
 
 
 def _break_hash_ties(order: np.ndarray, batch: Batch) -> np.ndarray:
@@ -123,14 +169,15 @@ def _break_hash_ties(order: np.ndarray, batch: Batch) -> np.ndarray:
     return np.array(sorted(order.tolist(), key=lambda i: (int(batch.key_hashes[i]), batch.content_hashes[i])))
 
 
-def _check_landed(directory: str, prefix: str, batch: Batch, record_chunks: list[str], record_rows: np.ndarray) -> None:
+def _check_landed(directory: str, prefix: str, rows: pa.Table) -> None:
     """Read the new chunk files back from the local staging ``directory``, before any upload.
 
-    Each record must sit, intact, exactly where it is said to be, and each chunk must
-    hold exactly the records said to be in it.
+    Each record must sit, intact, exactly where its row says, and each chunk must hold
+    exactly the records said to be in it.
     """
+    names = rows.column("chunk").to_pylist()
     expected_rows: dict[str, int] = {}
-    for name in record_chunks:
+    for name in names:
         expected_rows[name] = expected_rows.get(name, 0) + 1
     opened: dict[str, tuple[mmap.mmap | bytes, np.ndarray]] = {}
     for name, count in expected_rows.items():
@@ -143,7 +190,8 @@ def _check_landed(directory: str, prefix: str, batch: Batch, record_chunks: list
         if len(offsets) - 1 != count:
             raise IntegrityError(f"chunk {name} holds {len(offsets) - 1} records, {count} were written to it")
         opened[name] = (data, offsets)
-    for position, (name, row) in enumerate(zip(record_chunks, record_rows.tolist())):
+    expected = rows.column("content_hash").to_pylist()
+    for name, row, content, key in zip(names, rows.column("row").to_pylist(), expected, rows.column("key").to_pylist()):
         data, offsets = opened[name]
-        if hashing.content_hash(chunk_layout.item_payload(data, offsets, row)) != batch.content_hashes[position]:
-            raise IntegrityError(f"record {batch.keys[position]!r} did not land intact in chunk {name} row {row}")
+        if hashing.content_hash(chunk_layout.item_payload(data, offsets, row)) != content:
+            raise IntegrityError(f"record {key!r} did not land intact in chunk {name} row {row}")

@@ -1,0 +1,254 @@
+"""Reads of a damaged or tampered store: the stored record or a typed error, never other data.
+
+Each test builds one kind of damage with plain file edits (a flipped byte in a record,
+a deleted chunk, an ``index.json`` that lost a chunk, a view directory planted by
+"another user") and checks what lookups, iteration and streaming do about it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from collections.abc import Callable, Iterable
+from itertools import islice
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from litdata import StreamingDataLoader
+
+import litstore
+from litstore import IntegrityError, LitstoreError, StreamStateError
+from litstore._litdata import chunk as chunk_layout
+from litstore.format import layout
+
+Record = dict[str, Any]
+COUNT = 120
+
+
+def _record(i: int) -> Record:
+    return {"id": f"k{i:03d}", "label": i % 3, "x": np.arange(32, dtype=np.float32) + i}
+
+
+@pytest.fixture
+def store(make_store: Callable[..., litstore.Store]) -> litstore.Store:
+    """A store of 120 records in several 4 KiB chunks (one split, so the tests can name it)."""
+    made = make_store(key="id", chunk_bytes=4096)
+    made.append([_record(i) for i in range(COUNT)])
+    return litstore.open(made.root)
+
+
+def _location(store: litstore.Store, key: str) -> tuple[str, int]:
+    manifest = store.head().manifest().to_pylist()
+    row = next(entry for entry in manifest if entry["key"] == key)
+    return row["chunk"], row["row"]
+
+
+def _flip(store: litstore.Store, key: str, where: int) -> tuple[str, int]:
+    """Flip one bit of ``key``'s stored payload at byte ``where`` (negative: from its end)."""
+    chunk, row = _location(store, key)
+    path = Path(store.root) / chunk
+    data = bytearray(path.read_bytes())
+    offsets = chunk_layout.item_offsets(bytes(data), chunk)
+    start, end = int(offsets[row]) + chunk_layout.ITEM_HEADER, int(offsets[row + 1])
+    position = (start if where >= 0 else end) + where
+    assert start <= position < end
+    data[position] ^= 0x10
+    path.chmod(0o644)
+    path.write_bytes(bytes(data))
+    return chunk, row
+
+
+def _names(error: pytest.ExceptionInfo[IntegrityError], *parts: object) -> None:
+    for part in parts:
+        assert str(part) in str(error.value), (part, str(error.value))
+
+
+def _stream(dataset: Iterable[Record]) -> list[Record]:
+    return list(dataset)
+
+
+def _view_path(views: Path, store: litstore.Store, split: str) -> Path:
+    version = store.head().version
+    store_id = hashlib.sha256(store.root.encode()).hexdigest()[:16]
+    return views / store_id / f"{version.number:08d}-{version.transaction or 'initial'}" / split
+
+
+# -- class 6: a flipped byte is an IntegrityError, not another record --------------
+
+
+@pytest.mark.parametrize("where", [0, 1, 7, -1, -20])
+def test_flipped_byte_in_a_record_is_an_integrity_error(store: litstore.Store, where: int, tmp_path: Path) -> None:
+    key = "k037"
+    chunk, row = _flip(store, key, where)
+    reopened = litstore.open(store.root)
+
+    with pytest.raises(IntegrityError) as error:
+        reopened[key]
+    _names(error, repr(key), chunk, f"row {row}")
+    with pytest.raises(IntegrityError) as error:
+        reopened.head().get_many(["k001", key])
+    _names(error, repr(key), chunk, f"row {row}")
+    with pytest.raises(IntegrityError) as error:
+        dict(reopened.head().items())
+    _names(error, repr(key), chunk, f"row {row}")
+    with pytest.raises(IntegrityError) as error:
+        _stream(reopened.dataset(views_dir=tmp_path / "views"))
+    _names(error, repr(key), chunk, f"row {row}")
+    # Records in other places still read.
+    assert reopened["k001"]["x"][0] == 1.0
+
+
+def test_flipped_byte_under_two_workers_is_an_integrity_error(store: litstore.Store, tmp_path: Path) -> None:
+    _flip(store, "k090", -3)
+    dataset = litstore.open(store.root).dataset(views_dir=tmp_path / "views")
+    loader = StreamingDataLoader(dataset, batch_size=4, num_workers=2, collate_fn=lambda batch: batch)
+    with pytest.raises(IntegrityError, match="k090"):
+        for _ in loader:
+            pass
+
+
+def test_verify_records_false_streams_without_the_check(store: litstore.Store, tmp_path: Path) -> None:
+    _flip(store, "k037", -1)  # inside the float array: still decodes, to another value
+    records = _stream(litstore.open(store.root).dataset(verify_records=False, views_dir=tmp_path / "views"))
+    assert len(records) == COUNT
+    changed = next(record for record in records if record["id"] == "k037")
+    assert not np.array_equal(changed["x"], _record(37)["x"]), "the damaged record streams as it is stored"
+
+
+def test_deleted_chunk_is_an_integrity_error_naming_it(store: litstore.Store) -> None:
+    chunk, _ = _location(store, "k050")
+    (Path(store.root) / chunk).unlink()
+    reopened = litstore.open(store.root)
+    with pytest.raises(IntegrityError) as error:
+        reopened["k050"]
+    _names(error, chunk, "missing")
+    with pytest.raises(IntegrityError) as error:
+        reopened.head().get_many(["k050"])
+    _names(error, chunk)
+    with pytest.raises(IntegrityError) as error:
+        list(reopened.head().values())
+    _names(error, chunk)
+
+
+def test_index_missing_a_chunk_is_an_integrity_error(store: litstore.Store, tmp_path: Path) -> None:
+    version = store.head().version
+    split = next(iter(version.counts))
+    path = Path(store.root) / layout.split_index(version.number, version.transaction or "initial", split)
+    document = json.loads(path.read_bytes())
+    assert len(document["chunks"]) > 1
+    document["chunks"].pop(1)
+    path.chmod(0o644)
+    path.write_text(json.dumps(document))
+    reopened = litstore.open(store.root)
+    for verify_records in (True, False):
+        with pytest.raises(IntegrityError, match=f"lists .* items, but the version holds {COUNT} records"):
+            reopened.dataset(views_dir=tmp_path / "views", verify_records=verify_records)
+
+
+# -- class 3: view directories cannot be planted -------------------------------------
+
+
+def _attacker_fragments(store: litstore.Store, tmp_path: Path) -> Path:
+    """A copy of the store's fragments with every record's first float changed: what a planted link would serve."""
+    fake = tmp_path / "attacker" / "fragments"
+    shutil.copytree(Path(store.root) / layout.FRAGMENTS, fake)
+    for path in fake.rglob("*.bin"):
+        data = bytearray(path.read_bytes())
+        data[-1] ^= 0x10
+        path.chmod(0o644)
+        path.write_bytes(bytes(data))
+    return fake
+
+
+def test_planted_view_directory_is_replaced(store: litstore.Store, tmp_path: Path) -> None:
+    views = tmp_path / "views"
+    views.mkdir(mode=0o700)
+    split = next(iter(store.head().version.counts))
+    planted = _view_path(views, store, split)
+    planted.mkdir(parents=True)
+    for directory in (planted, planted.parent, planted.parent.parent):
+        directory.chmod(0o777)
+    (planted / "fragments").symlink_to(_attacker_fragments(store, tmp_path), target_is_directory=True)
+
+    records = _stream(store.dataset(split=split, views_dir=views, verify_records=False))
+
+    assert sorted(record["id"] for record in records) == [f"k{i:03d}" for i in range(COUNT)]
+    for record in records:
+        np.testing.assert_array_equal(record["x"], _record(int(record["id"][1:]))["x"])
+    assert os.readlink(planted / "fragments") == str(Path(store.root) / layout.FRAGMENTS)
+    for directory in (planted, planted.parent, planted.parent.parent):
+        assert directory.stat().st_mode & 0o777 == 0o700
+
+
+def test_fragments_link_pointing_elsewhere_is_replaced(store: litstore.Store, tmp_path: Path) -> None:
+    views = tmp_path / "views"
+    split = next(iter(store.head().version.counts))
+    store.dataset(split=split, views_dir=views)  # a genuine private view
+    link = _view_path(views, store, split) / "fragments"
+    link.unlink()
+    link.symlink_to(_attacker_fragments(store, tmp_path), target_is_directory=True)
+
+    records = _stream(store.dataset(split=split, views_dir=views, verify_records=False))
+
+    for record in records:
+        np.testing.assert_array_equal(record["x"], _record(int(record["id"][1:]))["x"])
+    assert os.readlink(link) == str(Path(store.root) / layout.FRAGMENTS)
+
+
+@pytest.mark.parametrize("kind", ["open to others", "symlink", "file"])
+def test_views_root_not_private_is_refused(store: litstore.Store, tmp_path: Path, kind: str) -> None:
+    views = tmp_path / "views"
+    if kind == "open to others":
+        views.mkdir()
+        views.chmod(0o777)
+    elif kind == "symlink":
+        (tmp_path / "elsewhere").mkdir(mode=0o700)
+        views.symlink_to(tmp_path / "elsewhere", target_is_directory=True)
+    else:
+        views.write_text("not a directory")
+    with pytest.raises(LitstoreError, match="not a directory private to this user"):
+        store.dataset(views_dir=views)
+
+
+def test_views_of_expired_versions_are_removed(store: litstore.Store, tmp_path: Path) -> None:
+    views = tmp_path / "views"
+    split = next(iter(store.head().version.counts))
+    store.dataset(split=split, views_dir=views)
+    old = _view_path(views, store, split).parent
+    store.append([_record(i) for i in range(COUNT, COUNT + 5)])
+    store.gc(keep_last=1)
+    assert old.exists()
+
+    store.dataset(split=split, views_dir=views)
+
+    assert not old.exists(), "the view of a version gc expired was left behind"
+    assert _view_path(views, store, split).is_dir()
+
+
+# -- resume across views directories -------------------------------------------------
+
+
+def test_resume_under_another_views_dir(store: litstore.Store, tmp_path: Path) -> None:
+    def loader(views: Path, split: str | None = None) -> StreamingDataLoader:
+        dataset = store.dataset(split=split, views_dir=views, shuffle=True, seed=3)
+        return StreamingDataLoader(dataset, batch_size=4, num_workers=0, collate_fn=lambda batch: batch)
+
+    first_loader = loader(tmp_path / "a")
+    first = [record["id"] for batch in islice(first_loader, 5) for record in batch]
+    state = first_loader.state_dict()
+    assert str(tmp_path / "a") not in json.dumps(state, default=str), "the view path leaked into the state"
+
+    resumed = loader(tmp_path / "b")
+    resumed.load_state_dict(state)
+    rest = [record["id"] for batch in resumed for record in batch]
+
+    full = [record["id"] for batch in loader(tmp_path / "c") for record in batch]
+    assert first + rest == full
+
+    store.append([_record(i) for i in range(COUNT, COUNT + 5)])
+    with pytest.raises(StreamStateError):
+        loader(tmp_path / "d").load_state_dict(state)

@@ -1,0 +1,251 @@
+"""litstore.ray: a Ray Dataset written as one version, a pinned version read back as a Ray Dataset.
+
+One local Ray instance (2 CPUs) serves the whole module. Every write spreads its
+blocks over several write tasks, each staging its own fragments; the driver commits
+them once. The failure tests compare every file of the store before and after: a
+rejected write must leave no version and no staged fragment behind.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+os.environ.setdefault("RAY_DEDUP_LOGS", "0")
+ray = pytest.importorskip("ray")
+
+import litstore  # noqa: E402
+import litstore.ray as litstore_ray  # noqa: E402
+from tests.conftest import tree_state  # noqa: E402
+
+pytestmark = pytest.mark.integration
+pytest_plugins = ["tests.s3_server"]
+
+SPLITS = litstore.HashSplit(train=0.75, val=0.25)
+COUNT = 2000
+BLOCKS = 8
+CHUNK_BYTES = 16 * 1024  # several chunks per split per fragment
+
+
+@pytest.fixture(scope="module", autouse=True)
+def ray_cluster() -> Iterator[None]:
+    """A local Ray instance for the module: 2 CPUs, no dashboard, quiet progress output."""
+    ray.init(num_cpus=2, include_dashboard=False, ignore_reinit_error=True, log_to_driver=False)
+    context = ray.data.DataContext.get_current()
+    context.enable_progress_bars = False
+    try:
+        yield
+    finally:
+        ray.shutdown()
+
+
+def _record(row: dict[str, Any], rev: int = 0) -> dict[str, Any]:
+    i = int(row["id"])
+    return {"id": f"k{i:05d}", "n": i, "rev": rev, "vector": np.full(4, i + rev, dtype=np.float32), "tag": f"t{i % 7}"}
+
+
+def _expected(rev: int = 0, count: int = COUNT) -> dict[str, dict[str, Any]]:
+    return {record["id"]: record for record in (_record({"id": i}, rev) for i in range(count))}
+
+
+def _plain(record: dict[str, Any]) -> dict[str, Any]:
+    """A record with arrays as (dtype, list), so records compare with ``==``."""
+    return {
+        name: (str(value.dtype), value.tolist()) if isinstance(value, np.ndarray) else value
+        for name, value in record.items()
+    }
+
+
+def _by_key(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    keys = [row["id"] for row in rows]
+    assert len(keys) == len(set(keys)), "a record was read twice"
+    return {row["id"]: _plain(row) for row in rows}
+
+
+def _dataset(rev: int = 0, count: int = COUNT) -> Any:
+    return ray.data.range(count, override_num_blocks=BLOCKS).map(lambda row: _record(row, rev))
+
+
+def _store(root: Path | str, **options: Any) -> litstore.Store:
+    return litstore.Store.create(root, key="id", splits=SPLITS, chunk_bytes=CHUNK_BYTES, **options)
+
+
+def _fragments(root: Path) -> set[str]:
+    directory = root / "fragments"
+    return set(os.listdir(directory)) if directory.exists() else set()
+
+
+def test_write_commits_every_block_as_one_version(tmp_path: Path) -> None:
+    store = _store(tmp_path / "store")
+    version = litstore_ray.write(_dataset(), store, message="from ray")
+    assert version.number == 1
+    assert [v.number for v in store.versions()] == [0, 1]
+    assert store.version.message == "from ray"
+    assert len(_fragments(tmp_path / "store")) >= 2, "the blocks were not staged by several tasks"
+    reopened = litstore.open(tmp_path / "store")
+    assert len(reopened) == COUNT
+    for key, record in _expected().items():
+        assert _plain(reopened[key]) == _plain(record)
+    assert reopened.verify(expected_keys=list(_expected())).ok
+
+
+def test_upsert_replaces_and_adds_in_one_version(tmp_path: Path) -> None:
+    store = _store(tmp_path / "store")
+    litstore_ray.write(_dataset(count=1000), str(tmp_path / "store"))
+    version = litstore_ray.write(_dataset(rev=1, count=1500), tmp_path / "store", mode="upsert")
+    assert version.number == 2
+    store.refresh()
+    assert len(store) == 1500
+    assert _plain(store["k00010"]) == _plain(_record({"id": 10}, rev=1))
+    assert _plain(store["k01400"]) == _plain(_record({"id": 1400}, rev=1))
+    assert store.verify().ok
+
+
+def test_keys_duplicated_across_tasks_commit_nothing(tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    store = _store(root)
+    litstore_ray.write(_dataset(count=200), store)
+    before = tree_state(root)
+    # Keys k00000..k00099 appear twice, in different blocks (each block stages alone).
+    twice = ray.data.range(400, override_num_blocks=BLOCKS).map(lambda row: _record({"id": int(row["id"]) % 200 + 200}))
+    with pytest.raises(litstore.DuplicateKeyError, match="staged more than once"):
+        litstore_ray.write(twice, store)
+    assert tree_state(root) == before
+    assert [v.number for v in litstore.open(root).versions()] == [0, 1]
+
+
+def test_a_bad_record_in_one_task_commits_nothing(tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    store = _store(root)
+    before = tree_state(root)
+
+    def record(row: dict[str, Any]) -> dict[str, Any]:
+        made = _record(row)
+        if row["id"] == COUNT - 1:  # in the last block: the other tasks have staged theirs by then
+            made["id"] = None
+        return made
+
+    with pytest.raises(litstore.KeyFieldError, match="key field 'id'"):
+        litstore_ray.write(ray.data.range(COUNT, override_num_blocks=BLOCKS).map(record), store)
+    assert tree_state(root) == before
+    assert litstore.open(root).version.number == 0
+
+
+def test_appending_existing_keys_commits_nothing(tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    store = _store(root)
+    litstore_ray.write(_dataset(count=300), store)
+    before = tree_state(root)
+    with pytest.raises(litstore.DuplicateKeyError):
+        litstore_ray.write(_dataset(count=400), store)
+    assert tree_state(root) == before
+
+
+def test_an_empty_dataset_commits_nothing(tmp_path: Path) -> None:
+    store = _store(tmp_path / "store")
+    assert litstore_ray.write(ray.data.range(0).map(_record), store).number == 0
+    assert litstore.open(tmp_path / "store").version.number == 0
+
+
+def test_read_gives_the_records_of_a_pinned_version_and_split(tmp_path: Path) -> None:
+    store = _store(tmp_path / "store")
+    litstore_ray.write(_dataset(count=1200), store)
+    store.tag("first")
+    litstore_ray.write(_dataset(rev=1, count=1200), store, mode="upsert")
+    store.delete([f"k{i:05d}" for i in range(100)])
+
+    newest = litstore_ray.read(store)
+    assert newest.count() == 1100
+    expected_new = {key: _plain(r) for key, r in _expected(rev=1, count=1200).items() if int(key[1:]) >= 100}
+    assert _by_key(newest.take_all()) == expected_new
+
+    pinned = litstore_ray.read(str(tmp_path / "store"), "first")
+    expected_old = {key: _plain(r) for key, r in _expected(count=1200).items()}
+    assert _by_key(pinned.take_all()) == expected_old
+    assert _by_key(litstore_ray.read(store, 1).take_all()) == expected_old
+
+    val = _by_key(litstore_ray.read(store, 1, split="val").take_all())
+    assert val == {key: r for key, r in expected_old.items() if SPLITS.assign(key, r) == "val"}
+    assert 0 < len(val) < 1200
+
+    narrow = litstore_ray.read(store, 1, columns=["id", "n"]).take_all()
+    assert sorted(narrow, key=lambda row: row["id"]) == [{"id": key, "n": int(key[1:])} for key in sorted(expected_old)]
+
+
+def test_read_is_pinned_while_the_store_moves_on(tmp_path: Path) -> None:
+    store = _store(tmp_path / "store")
+    litstore_ray.write(_dataset(count=500), store)
+    dataset = litstore_ray.read(store)  # resolved to version 1 here
+    store.upsert([_record({"id": i}, rev=5) for i in range(500)])
+    assert {row["rev"] for row in dataset.take_all()} == {0}
+
+
+def test_read_refuses_unknown_versions_and_splits(tmp_path: Path) -> None:
+    store = _store(tmp_path / "store")
+    litstore_ray.write(_dataset(count=50), store)
+    with pytest.raises(litstore.VersionNotFoundError):
+        litstore_ray.read(store, 7)
+    with pytest.raises(litstore.VersionNotFoundError):
+        litstore_ray.read(store, "no-such-tag")
+    with pytest.raises(litstore.SplitError):
+        litstore_ray.read(store, split="test")
+
+
+def test_read_refuses_a_damaged_chunk(tmp_path: Path) -> None:
+    store = _store(tmp_path / "store")
+    litstore_ray.write(_dataset(count=50), store)
+    chunk = next(iter(store.chunks().values()))[0]
+    path = tmp_path / "store" / chunk.filename
+    data = bytearray(path.read_bytes())
+    data[-3] ^= 0xFF  # inside the last record's payload
+    path.write_bytes(bytes(data))
+    with pytest.raises(litstore.IntegrityError, match="do not match the manifest"):
+        litstore_ray.read(store).take_all()  # Ray re-raises the task's error as a subclass of it
+
+
+def test_a_transform_of_one_store_written_to_another(tmp_path: Path) -> None:
+    source = _store(tmp_path / "source")
+    litstore_ray.write(_dataset(count=1000), source)
+
+    def double(batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        batch["n"] = batch["n"] * 2
+        batch["vector"] = batch["vector"] * 2
+        return batch
+
+    target = _store(tmp_path / "target")
+    version = litstore_ray.write(litstore_ray.read(source, 1).map_batches(double, batch_size=128), target)
+    assert version.number == 1
+    for key, record in _expected(count=1000).items():
+        got = target[key]
+        assert got["n"] == 2 * record["n"]
+        np.testing.assert_array_equal(got["vector"], record["vector"] * 2)
+        assert got["vector"].dtype == np.float32
+    assert target.verify().ok
+
+
+def test_write_and_read_on_s3(s3_endpoint: str, s3_bucket: str) -> None:
+    # Ray's workers started before the test server set credentials in the environment: pass them explicitly.
+    options = {
+        "endpoint_url": s3_endpoint,
+        "aws_access_key_id": os.environ["AWS_ACCESS_KEY_ID"],
+        "aws_secret_access_key": os.environ["AWS_SECRET_ACCESS_KEY"],
+        "region_name": os.environ["AWS_DEFAULT_REGION"],
+    }
+    url = f"s3://{s3_bucket}/stores/ray"
+    _store(url, storage_options=options)
+    assert litstore_ray.write(_dataset(count=400), url, storage_options=options).number == 1
+    version = litstore_ray.write(_dataset(rev=2, count=200), url, mode="upsert", storage_options=options)
+    assert version.number == 2
+    store = litstore.open(url, storage_options=options)
+    assert _plain(store["k00042"]) == _plain(_record({"id": 42}, rev=2))
+    assert store.verify().ok
+    expected = {key: _plain(r) for key, r in _expected(count=400).items()}
+    assert _by_key(litstore_ray.read(url, 1, storage_options=options).take_all()) == expected
+    with pytest.raises(litstore.DuplicateKeyError):
+        litstore_ray.write(_dataset(count=10), url, storage_options=options)
+    assert litstore.open(url, storage_options=options).version.number == 2
