@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import gc
+import resource
 import tempfile
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 
 @contextmanager
@@ -20,3 +25,62 @@ def workdir(keep: str | None, prefix: str = "litstore-bench-") -> Iterator[Path]
         raise SystemExit(f"--keep {keep}: directory exists and is not empty")
     path.mkdir(parents=True, exist_ok=True)
     yield path
+
+
+def cpu_seconds() -> float:
+    """CPU time (user + system) of this process (all threads) and of its children that have exited."""
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Wall-clock seconds and CPU seconds (this process and its reaped children) of one action."""
+
+    wall: float
+    cpu: float
+
+    def __add__(self, other: Timing) -> Timing:
+        return Timing(self.wall + other.wall, self.cpu + other.cpu)
+
+
+def timed(action: Callable[[], Any]) -> tuple[Timing, Any]:
+    """The timing of ``action`` and its result; garbage is collected first, outside the timing."""
+    gc.collect()
+    wall, cpu = time.perf_counter(), cpu_seconds()
+    result = action()
+    return Timing(time.perf_counter() - wall, cpu_seconds() - cpu), result
+
+
+def total(timings: Sequence[Timing]) -> Timing:
+    return sum(timings, Timing(0.0, 0.0))
+
+
+def peak_rss_bytes() -> int:
+    """This process's peak resident memory (VmHWM), in bytes."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def dir_bytes(path: Path) -> int:
+    """Bytes of all files under ``path`` (symlinks not followed)."""
+    return sum(file.stat().st_size for file in path.rglob("*") if file.is_file() and not file.is_symlink())
+
+
+def mib(size: float) -> str:
+    return f"{size / 2**20:,.1f} MiB"
+
+
+def verdict(ok: bool) -> str:
+    return "PASS" if ok else "FAIL"
+
+
+def print_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
+    widths = [max(len(str(cell)) for cell in column) for column in zip(header, *rows, strict=True)]
+    line = "  ".join(f"{{:<{width}}}" for width in widths)
+    print(line.format(*header))
+    print("  ".join("-" * width for width in widths))
+    for row in rows:
+        print(line.format(*row))

@@ -20,7 +20,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 HEAVY = ("torch", "litdata", "duckdb", "boto3")
-PROBE = "import sys, litstore, json; print(json.dumps([m for m in %r if m in sys.modules]))" % (HEAVY,)
+PROBE = f"import sys, litstore, json; print(json.dumps([m for m in {HEAVY!r} if m in sys.modules]))"
 
 
 def measure(source: Path, rounds: int) -> tuple[float, list[str]]:

@@ -37,6 +37,11 @@ are deleted (version *b*), so 10% of the keys differ. ``store.diff(a, b)`` is ti
 on a freshly opened store (cold: both manifests are composed from their Parquet
 files), again on the same store (warm: files in the page cache, libraries loaded),
 and on two manifests already in memory (the comparison alone).
+
+Subset. On the full version, ``dataset(where="label < 100")`` (10% of the records,
+copied once into the view, ``copy`` timed apart) against the whole split, per sample
+streamed, and ``StreamingDataset.subset(indices)`` over the same chunks (litdata's
+region-of-interest holes) for information.
 """
 
 from __future__ import annotations
@@ -70,6 +75,8 @@ STREAM_RATIO_MIN = 0.95  # litstore samples/s over litdata+decode samples/s, ful
 DELETED_RATIO_MIN = 0.90  # the same, on the version that deleted 5% at random
 DIFF_MAX_S = 1.0
 DELETE_FRACTION = 0.05
+SUBSET_WHERE = "label < 100"  # labels are uniform in [0, 1000): a 10% subset
+SUBSET_RATIO_MIN = 0.5  # subset samples/s over whole-split samples/s
 CHANGE_FRACTION = 0.05  # upserted with new content; the same fraction again is deleted
 
 
@@ -97,7 +104,7 @@ def verdict(ok: bool) -> str:
 
 def build_stream_store(root: Path, n: int, payload: int, batches: int, chunk_bytes: int) -> litstore.Store:
     rng = np.random.default_rng(SEED)
-    store = litstore.Store.create(root, key="id", chunk_bytes=chunk_bytes)
+    store = litstore.Store.create(root, key="id", chunk_bytes=chunk_bytes, fields={"label": int})
     edges = np.linspace(0, n, batches + 1).astype(int).tolist()
     for start, end in itertools.pairwise(edges):
         blob = rng.bytes((end - start) * payload)
@@ -312,6 +319,63 @@ def bench_streaming(directory: Path, args: argparse.Namespace) -> list[list[str]
         print(f"  {label}: {version.total:,} records in {len(files)} chunks, {mib(size)}", flush=True)
         best = bench_version(store_root, version, plain, args.workers, args.rounds, args.batch_size)
         rows.extend(stream_rows(label, version, size, best, target))
+    rows.extend(bench_subset(store_root, full, plain_dir(store, full, directory / "plain-subset"), args))
+    return rows
+
+
+def bench_subset(store_root: Path, version: litstore.Version, plain: Path, args: argparse.Namespace) -> list[list[str]]:
+    """Samples/s of a 10% subset (``where=SUBSET_WHERE``) against the whole split, and of litdata holes.
+
+    ``litstore subset`` copies the subset's records once into the view (timed apart as
+    ``copy``) and streams the copy; ``litdata holes`` streams the same records in place
+    with ``StreamingDataset.subset(indices)`` (each chunk read with gaps).
+    """
+    from litstore import streaming
+
+    store = litstore.open(store_root)
+    snapshot = store.at(version.number)
+    chunks = snapshot.chunks()[SPLIT]
+    order = streaming.stream_records(snapshot.manifest(), chunks).column("key").to_pylist()
+    members = set(snapshot.select(SUBSET_WHERE))
+    indices = [position for position, key in enumerate(order) if key in members]
+    copy_s, _ = timed(lambda: store.dataset(version=version.number, split=SPLIT, where=SUBSET_WHERE))
+    print(f"  subset {SUBSET_WHERE!r}: {len(indices):,} of {version.total:,} records; copy {copy_s:.2f} s", flush=True)
+    makers: dict[str, Callable[[], StreamingDataset]] = {
+        "litstore whole": lambda: litstore.open(store_root).dataset(version=version.number, split=SPLIT),
+        "litstore subset": lambda: litstore.open(store_root).dataset(
+            version=version.number, split=SPLIT, where=SUBSET_WHERE
+        ),
+        "litdata holes": lambda: StreamingDataset(str(plain), transform=codec.decode).subset(indices),
+    }
+    rows = []
+    for workers in args.workers:
+        best = {name: Best(name) for name in makers}
+        for _ in range(args.rounds):
+            for name, make in makers.items():
+                run = epoch(make, workers, args.batch_size, name)
+                best[name].add(run)
+                print(f"    workers={workers}: {name:<16} {run.rate:>10,.0f} samples/s", flush=True)
+        whole = best["litstore whole"]
+        for name in ("litstore subset", "litdata holes"):
+            ratio = best[name].rate / whole.rate
+            checked = name == "litstore subset"
+            rows.append(
+                [
+                    f"v{version.number} subset 10%",
+                    f"{len(indices):,}",
+                    f"copy {copy_s:.2f} s",
+                    str(workers),
+                    "page cache warm",
+                    f"{best[name].rate:,.0f}",
+                    "litstore whole",
+                    f"{whole.rate:,.0f}",
+                    f"{ratio:.3f}x",
+                    f"{best[name].cpu_rate / whole.cpu_rate:.3f}x",
+                    f">= {SUBSET_RATIO_MIN:.2f}x" if checked else "(info)",
+                    verdict(ratio >= SUBSET_RATIO_MIN) if checked else "-",
+                    "-",
+                ]
+            )
     return rows
 
 

@@ -2,15 +2,18 @@
 
 The flow a user starts from:
 
-1. a folder of images and a JSONL manifest (one line per image: ``path``, ``label``,
-   ``split``), as most labelling tools export them;
-2. a litstore store built from that manifest (key = the image file name, split taken
-   from the ``split`` field);
-3. a few training steps of a tiny torch model on a *pinned* version, streamed with
-   ``litdata.StreamingDataLoader(store.dataset(version=v, split="train", shuffle=True))``;
+1. a folder of images and a JSONL manifest (one line per image: ``id``, ``image`` (a
+   path relative to the manifest), ``label``, ``split``), as most labelling tools export them;
+2. a litstore store built from that manifest with ``litstore.sources.jsonl`` (key = the
+   image file name, split taken from the ``split`` field, ``label`` declared as an int
+   field so the manifest can be queried by it);
+3. a few training steps of a tiny torch model on a *pinned* version and a *subset* of it
+   (only labels 0 and 1), streamed with ``litdata.StreamingDataLoader(store.dataset(
+   version=v, split="train", where="label IN (0, 1)", shuffle=True))``;
 4. a tag on the version the model was trained on;
 5. more images appended (a new version), and the diff between the two versions;
-6. proof that the tagged version still streams exactly the records it streamed before.
+6. proof that the tagged version still streams exactly the records it streamed before,
+   both the whole split and the subset the model was trained on.
 
 Run it with ``python examples/train_pinned.py [--root DIR]`` (default: a temporary
 directory). ``DIR`` must be empty or not exist yet.
@@ -20,24 +23,27 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import itertools
 import json
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import litdata
 import numpy as np
 import torch
 from litdata import StreamingDataLoader
 from PIL import Image
 
 import litstore
+import litstore.sources
 
 SIZE = 16  # images are SIZE x SIZE RGB
 COLOURS = ((200, 40, 40), (40, 200, 40), (40, 40, 200))  # label -> base colour
 TAG = "trained-run-1"
+SUBSET = "label IN (0, 1)"  # the model is trained on these two classes only
 
 
 # -- 1. a folder of PNGs and a JSONL manifest -------------------------------------------
@@ -54,33 +60,19 @@ def write_images(folder: Path, manifest: Path, start: int, count: int, rng: np.r
             path = folder / f"img-{number:05d}.png"
             Image.fromarray(pixels).save(path, format="PNG")
             split = "val" if number % 5 == 0 else "train"
-            lines.write(json.dumps({"path": str(path), "label": label, "split": split}) + "\n")
+            image = path.relative_to(manifest.parent).as_posix()
+            lines.write(json.dumps({"id": path.name, "image": image, "label": label, "split": split}) + "\n")
 
 
-def read_manifest(manifest: Path, skip: int = 0) -> list[dict[str, Any]]:
-    """The manifest's lines after the first ``skip``, as litstore records.
+def read_manifest(manifest: Path, skip: int = 0) -> Iterator[dict[str, Any]]:
+    """The manifest's records after the first ``skip`` lines, read lazily by ``litstore.sources.jsonl``.
 
-    The image is stored as ``litdata.Image(bytes=<the PNG file's bytes>)``: litstore
-    keeps the compressed PNG (small chunks, the file's exact bytes) and litdata's own
-    image serializer decodes it while streaming, so each record comes out with a
-    ``uint8`` tensor of shape (3, H, W) that the default collate stacks into a batch.
-    Storing raw bytes instead would need a ``transform`` to decode every record;
-    storing decoded arrays would make the chunks ~10x larger than the PNGs.
+    The ``image`` path (relative to the manifest) becomes ``litdata.Image(path=...)``:
+    litstore keeps the PNG file's exact bytes (small chunks) and litdata's own image
+    serializer decodes it while streaming, so each record comes out with a ``uint8``
+    tensor of shape (3, H, W) that the default collate stacks into a batch.
     """
-    records = []
-    with manifest.open(encoding="utf-8") as lines:
-        for line in list(lines)[skip:]:
-            entry = json.loads(line)
-            path = Path(entry["path"])
-            records.append(
-                {
-                    "id": path.name,
-                    "image": litdata.Image(bytes=path.read_bytes()),
-                    "label": int(entry["label"]),
-                    "split": entry["split"],
-                }
-            )
-    return records
+    return itertools.islice(litstore.sources.jsonl(manifest), skip, None)
 
 
 # -- 3. training on a pinned version ----------------------------------------------------
@@ -96,7 +88,7 @@ def train(store: litstore.Store, version: int, epochs: int, workers: int) -> tor
     model = torch.nn.Linear(3 * SIZE * SIZE, len(COLOURS))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
     loss_fn = torch.nn.CrossEntropyLoss()
-    dataset = store.dataset(version=version, split="train", shuffle=True, seed=42)
+    dataset = store.dataset(version=version, split="train", where=SUBSET, shuffle=True, seed=42)
     loader = StreamingDataLoader(dataset, batch_size=16, num_workers=workers)
     step = 0
     for epoch in range(epochs):
@@ -114,7 +106,7 @@ def train(store: litstore.Store, version: int, epochs: int, workers: int) -> tor
 
 @torch.no_grad()
 def accuracy(model: torch.nn.Module, store: litstore.Store, version: int | str, split: str) -> float:
-    loader = StreamingDataLoader(store.dataset(version=version, split=split), batch_size=64)
+    loader = StreamingDataLoader(store.dataset(version=version, split=split, where=SUBSET), batch_size=64)
     right = total = 0
     for batch in loader:
         right += int((model(features(batch["image"])).argmax(1) == batch["label"]).sum())
@@ -122,10 +114,12 @@ def accuracy(model: torch.nn.Module, store: litstore.Store, version: int | str, 
     return right / total
 
 
-def stream_contents(store: litstore.Snapshot, version: int | str, split: str) -> dict[str, tuple[int, str]]:
-    """Everything one epoch over ``version``/``split`` yields: key -> (label, hash of the decoded pixels)."""
+def stream_contents(
+    store: litstore.Store, version: int | str, split: str, where: str | None = None
+) -> dict[str, tuple[int, str]]:
+    """Everything one epoch over ``version``/``split`` (``where`` it matches) yields: key -> (label, pixel hash)."""
     contents: dict[str, tuple[int, str]] = {}
-    for record in store.dataset(version=version, split=split):
+    for record in store.dataset(version=version, split=split, where=where):
         assert record["id"] not in contents, f"{record['id']} streamed twice"
         pixels = record["image"].contiguous().numpy()
         contents[record["id"]] = (record["label"], hashlib.sha256(pixels.tobytes()).hexdigest())
@@ -142,19 +136,25 @@ def main(root: Path, first: int, more: int, epochs: int, workers: int) -> None:
 
     write_images(images, jsonl, 0, first, rng)
     store = litstore.Store.create(
-        root / "store", key="id", splits=litstore.FieldSplit(field="split", names=("train", "val"))
+        root / "store",
+        key="id",
+        splits=litstore.FieldSplit(field="split", names=("train", "val")),
+        fields={"label": int},
     )
-    v1 = store.append(read_manifest(jsonl))
+    v1 = store.append(read_manifest(jsonl), message=f"first {first} images")
     print(f"version {v1.number}: {v1.added} images from {jsonl.name}, counts {v1.counts}")
+    per_label = store.sql("SELECT label, count(*) AS n FROM manifest WHERE split = 'train' GROUP BY label").to_pydict()
+    print(f"train records per label: {dict(sorted(zip(per_label['label'], per_label['n'], strict=True)))}")
 
     model = train(store, v1.number, epochs, workers)
-    print(f"val accuracy on version {v1.number}: {accuracy(model, store, v1.number, 'val'):.2f}")
+    print(f"val accuracy on version {v1.number} ({SUBSET}): {accuracy(model, store, v1.number, 'val'):.2f}")
     store.tag(TAG, v1.number)
     print(f"tagged version {v1.number} as {TAG!r}")
     before = stream_contents(store, TAG, "train")
+    trained_on = stream_contents(store, TAG, "train", SUBSET)
 
     write_images(images, jsonl, first, more, rng)
-    v2 = store.append(read_manifest(jsonl, skip=first))
+    v2 = store.append(read_manifest(jsonl, skip=first), message=f"{more} more images")
     print(f"version {v2.number}: {v2.added} more images, counts {v2.counts}")
     print(store.diff(v1.number, v2.number).summary())
 
@@ -163,11 +163,19 @@ def main(root: Path, first: int, more: int, epochs: int, workers: int) -> None:
     after = stream_contents(reopened, TAG, "train")
     assert after.keys() == before.keys(), "the tagged version streams a different key set"
     assert after == before, "the tagged version streams different content"
+    subset_after = stream_contents(reopened, TAG, "train", SUBSET)
+    assert subset_after == trained_on, "the tagged version's subset streams different records"
+    assert {label for label, _ in subset_after.values()} == {0, 1}
     latest = stream_contents(reopened, v2.number, "train")
-    assert before.keys() < latest.keys()
+    latest_subset = stream_contents(reopened, v2.number, "train", SUBSET)
+    assert before.keys() < latest.keys() and trained_on.keys() < latest_subset.keys()
     print(
         f"{TAG!r} (version {reopened.at(TAG).version.number}) still streams the same "
         f"{len(after)} train records; version {v2.number} streams {len(latest)}"
+    )
+    print(
+        f"{TAG!r} subset {SUBSET!r} still streams the same {len(subset_after)} records the model "
+        f"was trained on; version {v2.number} streams {len(latest_subset)}"
     )
     print(f"done in {time.perf_counter() - started:.1f} s")
 

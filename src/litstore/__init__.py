@@ -33,6 +33,7 @@ from litstore.errors import (
     VersionNotFoundError,
 )
 from litstore.format.models import FieldSplit, HashSplit, StoreConfig, Tag, Version
+from litstore.ops.audit import AuditReport
 from litstore.ops.diff import Diff
 from litstore.ops.gc import GCReport
 from litstore.ops.verify import VerifyReport
@@ -43,6 +44,7 @@ from litstore.txn import StagedFragment
 __version__ = "0.1.0"
 
 __all__ = [
+    "AuditReport",
     "ConflictError",
     "Diff",
     "DuplicateKeyError",

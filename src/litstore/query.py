@@ -16,41 +16,47 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute
+import pyarrow.compute as pc
 
-from litstore.format.manifest import MANIFEST_COLUMNS, ChangeKind, delta_schema, empty, schema
+from litstore.format.manifest import ChangeKind, columns, delta_schema, empty, schema
 
 
-def compose(key_type: str, checkpoint: pa.Table | None, deltas: Sequence[pa.Table]) -> pa.Table:
+def compose(
+    key_type: str, checkpoint: pa.Table | None, deltas: Sequence[pa.Table], fields: dict[str, str] | None = None
+) -> pa.Table:
     """The live manifest after applying ``deltas`` (oldest first) on top of ``checkpoint``.
 
-    Rows come sorted by ``key_hash``. A key the newest delta wrote twice keeps both
-    rows: composing must not hide a duplicate that ``verify`` should report.
+    For each key, the rows of the newest delta that mentions it decide (all of them, so
+    a key a delta wrote twice stays visible to ``verify``), unless they are deletions;
+    checkpoint rows stand for the keys no delta mentions. Rows come in no particular
+    order, with the declared ``fields`` after the fixed columns. Done with Arrow
+    set operations (an anti-join per delta): several times cheaper than a window
+    over every row, which is what composing a large version costs.
     """
-    if checkpoint is not None and not deltas:
-        return checkpoint.select(list(MANIFEST_COLUMNS)).cast(schema(key_type))
-    parts: list[pa.Table] = []
+    names = columns(fields)
+    target = schema(key_type, fields)
+    newest: list[pa.Table] = []
+    mentioned: pa.Array | None = None
+    for delta in reversed(deltas):
+        delta = delta.cast(delta_schema(key_type, fields))
+        if mentioned is not None:
+            delta = delta.filter(pc.invert(pc.is_in(delta.column("key"), value_set=mentioned)))
+        newest.append(delta)
+        keys = delta.column("key").combine_chunks()
+        mentioned = keys if mentioned is None else pa.concat_arrays([mentioned, keys])
+    parts = [
+        delta.filter(pc.not_equal(delta.column("change"), str(ChangeKind.DELETED))).select(names).cast(target)
+        for delta in reversed(newest)
+    ]
     if checkpoint is not None:
-        base = checkpoint.select(list(MANIFEST_COLUMNS))
-        count = base.num_rows
-        base = base.append_column("change", pa.array([str(ChangeKind.ADDED)] * count, pa.string()))
-        parts.append(base.append_column("version", pa.array([-1] * count, pa.int64())))
-    parts.extend(delta.cast(delta_schema(key_type)) for delta in deltas)
-    if not parts:
-        return empty(key_type)
-    history = pa.concat_tables(parts)  # noqa: F841  (read by DuckDB's replacement scan)
-    query = f"""
-        SELECT {", ".join(f'"{name}"' for name in MANIFEST_COLUMNS)}
-        FROM history
-        QUALIFY version = max(version) OVER (PARTITION BY key) AND change <> '{ChangeKind.DELETED}'
-        ORDER BY key_hash, key, chunk, "row"
-    """
-    import duckdb
-
-    with duckdb.connect() as connection:
-        result = connection.sql(query).to_arrow_table()
-    return result.cast(schema(key_type))
+        base = checkpoint.select(names).cast(target)
+        if mentioned is not None and len(mentioned):
+            base = base.filter(pc.invert(pc.is_in(base.column("key"), value_set=mentioned)))
+        parts.insert(0, base)
+    return pa.concat_tables(parts) if parts else empty(key_type, fields)
 
 
 def __getattr__(name: str) -> Any:
@@ -83,8 +89,17 @@ def query(sql: str, tables: dict[str, pa.Table]) -> pa.Table:
         return connection.sql(sql).to_arrow_table()
 
 
-def duplicate_keys(table: pa.Table) -> list[Any]:
-    """Keys that appear in more than one row of ``table``."""
+def duplicate_keys(table: pa.Table, hashes_are_true: bool = False) -> list[Any]:
+    """Keys that appear in more than one row of ``table``.
+
+    With ``hashes_are_true`` (rows litstore just computed, never rows read from a store)
+    the ``key_hash`` column is first looked at with numpy: without two equal hashes
+    there can be no equal keys, and DuckDB is not needed.
+    """
+    if hashes_are_true:
+        hashes = np.sort(table.column("key_hash").to_numpy())
+        if not bool((hashes[1:] == hashes[:-1]).any()):
+            return []
     result = query("SELECT key FROM t GROUP BY key HAVING count(*) > 1 ORDER BY key", {"t": table})
     return list(result.column(0).to_pylist())
 

@@ -35,7 +35,7 @@ from litstore.errors import (
     describe,
 )
 from litstore.format import codec, hashing
-from litstore.format.models import StoreConfig, Version
+from litstore.format.models import StoreConfig, Version, declared_fields
 from litstore.read.chunks import ChunkCache, mismatched
 from litstore.read.groups import by_chunk
 from litstore.read.keyindex import KeyIndex
@@ -47,6 +47,7 @@ if TYPE_CHECKING:
     import pandas
     import polars
 
+    from litstore.ops.audit import AuditReport
     from litstore.ops.diff import Diff
     from litstore.ops.verify import VerifyReport
     from litstore.streaming import VersionDataset
@@ -66,6 +67,10 @@ class Snapshot:
 
     Supports ``snapshot[key]``, ``key in snapshot``, ``len(snapshot)`` and iteration
     over keys, like a read-only dict. Obtain one with ``store.head()`` or ``store.at(v)``.
+
+    Main attributes and methods: version (its :class:`Version`), get(), get_many(),
+    keys(), items(), manifest(), sql(), to_arrow(), dataset(), verify(), audit(),
+    diff(), at(), versions().
     """
 
     def __init__(
@@ -210,15 +215,31 @@ class Snapshot:
             )
         return results
 
-    def existing_keys(self, keys: Iterable[Key]) -> list[Key]:
-        """Those of ``keys`` that this version holds, in the order given."""
-        keys = list(keys)
-        _, found = self._key_index().first_positions(hashing.key_hashes(keys))
-        return [key for key, hit in zip(keys, found.tolist()) if hit and key in self]
+    def existing_keys(
+        self, keys: Iterable[Key] | pa.Array | pa.ChunkedArray, hashes: np.ndarray | None = None
+    ) -> list[Key]:
+        """Those of ``keys`` that this version holds, in the order given.
+
+        ``hashes`` are the keys' key hashes, if the caller has them; only keys whose hash
+        is present are looked at one by one, so checking a large batch of new keys costs
+        one vectorised search.
+        """
+        if hashes is None:
+            keys = keys if isinstance(keys, (pa.Array, pa.ChunkedArray)) else list(keys)
+            hashes = hashing.key_hashes(keys.to_pylist() if isinstance(keys, (pa.Array, pa.ChunkedArray)) else keys)
+        _, found = self._key_index().first_positions(hashes)
+        hits = np.flatnonzero(found).tolist()
+        if isinstance(keys, (pa.Array, pa.ChunkedArray)):
+            candidates = keys.take(pa.array(hits, pa.int64())).to_pylist() if hits else []
+        else:
+            listed = keys if isinstance(keys, list) else list(keys)
+            candidates = [listed[i] for i in hits]
+        return [key for key in candidates if key in self]
 
     def keys(self) -> list[Key]:
-        """Every key of this version, in manifest (key-hash) order."""
-        return list(self.manifest().column("key").to_pylist())
+        """Every key of this version, sorted."""
+        column = self.manifest().column("key")
+        return list(column.take(pc.sort_indices(column)).to_pylist())
 
     def __iter__(self) -> Iterator[Key]:
         return iter(self.keys())
@@ -306,9 +327,17 @@ class Snapshot:
         *,
         verify_records: bool = True,
         views_dir: str | os.PathLike[str] | None = None,
+        where: str | None = None,
+        keys: Iterable[Key] | None = None,
         **kwargs: Any,
     ) -> VersionDataset:
         """A litdata ``StreamingDataset`` over exactly the live records of ``version`` and ``split``.
+
+        ``where`` (a SQL condition on the manifest's columns, see :meth:`select`) or
+        ``keys`` stream only those records: they are copied once, in the split's
+        order, into chunks of the private view directory (cached per version and
+        subset), so a subset streams as fast per record as a whole split. A loader
+        state saved on a subset resumes only on the same subset of the same version.
 
         ``version`` defaults to this one, ``split`` to all splits. Keyword arguments go
         to ``StreamingDataset`` (``shuffle``, ``seed``, ``drop_last``, ``transform``,
@@ -321,16 +350,25 @@ class Snapshot:
                 ``False`` streams without the check and without reading the manifest.
             views_dir: where the private view directories live (see
                 :mod:`litstore.streaming`); default ``$LITSTORE_VIEWS``, else the temp directory.
+            where: stream only the records whose manifest row matches this condition.
+            keys: stream only the records with these keys.
 
         Raises:
             SplitError: ``split`` is not one of the store's splits.
-            LitstoreError: the version has no records in ``split``, or ``views_dir`` is
-                not private to this user.
+            LitstoreError: the version (or the subset) has no records in ``split``, or
+                ``views_dir`` is not private to this user.
+            QueryError: DuckDB rejected ``where``.
+            KeyNotFoundError: some of ``keys`` are not in the version's ``split``.
+            InvalidArgumentError: both ``where`` and ``keys`` were given.
             IntegrityError: the version's index does not list all of its records, or
                 (while streaming) an item is not what was committed.
         """
         if version is not None and self.resolve(version) != self._version.number:
-            return self.at(version).dataset(split=split, verify_records=verify_records, views_dir=views_dir, **kwargs)
+            return self.at(version).dataset(
+                split=split, verify_records=verify_records, views_dir=views_dir, where=where, keys=keys, **kwargs
+            )
+        if where is not None and keys is not None:
+            raise InvalidArgumentError("pass where= or keys=, not both")
         if split is not None and split not in self.splits:
             raise SplitError(f"unknown split {split!r}; this store's splits are {self.splits}")
         listed = self.chunks()
@@ -348,10 +386,65 @@ class Snapshot:
             raise LitstoreError(f"version {self._version.number} has no records in {split or 'any split'}")
         from litstore import streaming
 
+        if where is not None or keys is not None:
+            subset = self._subset(chunks, split, where, keys)
+            return streaming.open_subset(
+                self._storage, self._config, self._version, split, subset, verify_records, views_dir, **kwargs
+            )
         records = streaming.stream_records(self.manifest(), chunks) if verify_records else None
         return streaming.open_dataset(
             self._storage, self._config, self._version, split, chunks, records, views_dir, **kwargs
         )
+
+    def select(self, where: str, version: VersionRef | None = None) -> list[Key]:
+        """Keys of ``version`` (default: this one) whose manifest row matches the SQL condition ``where``.
+
+        ``where`` is a DuckDB condition on the manifest's columns (``split``, the key,
+        the declared fields), e.g. ``"label IN (1, 2) AND split = 'train'"``, run
+        like :meth:`sql`. Keys come sorted.
+
+        Raises:
+            QueryError: DuckDB rejected the condition.
+            InvalidArgumentError: ``where`` is not a non-empty string.
+        """
+        if version is not None and self.resolve(version) != self._version.number:
+            return self.at(version).select(where)
+        if not isinstance(where, str) or not where.strip():
+            raise InvalidArgumentError(f"where must be a non-empty SQL condition, got {where!r}")
+        found = self.sql(f"SELECT key FROM manifest WHERE ({where}\n) ORDER BY key")
+        if found.num_columns != 1 or found.column_names[0] != "key":
+            raise QueryError(f"where {where!r} is not a condition on the manifest's rows")
+        return list(found.column(0).to_pylist())
+
+    def _subset(self, chunks: list[ChunkInfo], split: str | None, where: str | None, keys: Any) -> pa.Table:
+        """``key``, ``content_hash``, ``chunk``, ``row`` of the subset's records of ``chunks``, in stream order."""
+        from litstore import streaming
+
+        wanted: list[Key]
+        if where is not None:
+            wanted = self.select(where)
+        else:
+            if isinstance(keys, (str, bytes)):
+                raise InvalidArgumentError(f"keys is a list of keys, not one key: use keys=[{keys!r}]")
+            wanted = list(dict.fromkeys(hashing.normalize_key(key) for key in keys))  # type: ignore[misc,union-attr]
+        ordered = streaming.stream_records(self.manifest(), chunks, located=True)
+        key_type = ordered.schema.field("key").type
+        valid = [key for key in wanted if hashing.is_key(key, self._config.key_type)]
+        members = ordered.filter(pc.is_in(ordered.column("key"), pa.array(valid, key_type)))
+        where_said = f"where {where!r}" if where is not None else f"the {len(wanted)} keys given"
+        if keys is not None and members.num_rows != len(wanted):
+            present = set(members.column("key").to_pylist())
+            missing = [key for key in wanted if key not in present]
+            raise KeyNotFoundError(
+                f"{len(missing)} of {len(wanted)} keys are not in version {self._version.number} "
+                f"({split or 'all splits'}): {describe(missing)}"
+            )
+        if not members.num_rows:
+            raise LitstoreError(
+                f"the subset ({where_said}) holds no records of version {self._version.number} in "
+                f"{split or 'any split'}: there is nothing to stream"
+            )
+        return members
 
     @property
     def lookup_index_bytes(self) -> int:
@@ -387,6 +480,18 @@ class Snapshot:
 
         return export.to_polars(self, columns)
 
+    def audit(self, version: VersionRef | None = None, *, examples: int = 5, progress: bool = False) -> AuditReport:
+        """Records of ``version`` (default: this one) with identical content under different keys.
+
+        Reads and decodes every record once, chunk by chunk (see :mod:`litstore.ops.audit`);
+        the report also names identical records that sit in different splits (leakage).
+        """
+        if version is not None and self.resolve(version) != self._version.number:
+            return self.at(version).audit(examples=examples, progress=progress)
+        from litstore.ops import audit
+
+        return audit.audit(self, examples=examples, progress=progress)
+
     # -- history -----------------------------------------------------------------
 
     def versions(self) -> list[Version]:
@@ -411,17 +516,20 @@ class Snapshot:
             return self
         return self.successor(log.read_version(self._storage, number), None, None)
 
-    def diff(self, old: VersionRef, new: VersionRef | None = None) -> Diff:
+    def diff(self, old: VersionRef, new: VersionRef | None = None, *, fields: bool = False) -> Diff:
         """Keys added, removed and changed from ``old`` to ``new`` (default: this version).
 
         Reads the two manifests only, never chunk data. Either order works: swapping
-        the versions swaps added and removed.
+        the versions swaps added and removed. With ``fields=True`` the changed records
+        (only those) are read from both versions to name the top-level fields that
+        differ: a ``fields`` column on ``changed`` and ``Diff.field_counts``.
         """
         from litstore.ops.diff import Diff
 
         old_view = self.at(old)
         new_view = self if new is None else self.at(new)
-        return Diff.between(old_view.version.number, new_view.version.number, old_view.manifest(), new_view.manifest())
+        diff = Diff.between(old_view.version.number, new_view.version.number, old_view.manifest(), new_view.manifest())
+        return diff.with_fields(old_view, new_view) if fields else diff
 
     def resolve(self, version: VersionRef) -> int:
         """The version number ``version`` means (a number, a tag name or a ``Version``).
@@ -462,6 +570,11 @@ class Snapshot:
         if not numbers:
             raise VersionNotFoundError(f"no version kept was committed at or before {when:%Y-%m-%d %H:%M:%S %Z}")
         return numbers[-1]
+
+    @property
+    def fields(self) -> dict[str, str]:
+        """The declared fields (name -> type) this version's manifest carries as columns."""
+        return declared_fields(self._config, self._version)
 
     # -- internals -----------------------------------------------------------------
 

@@ -51,6 +51,7 @@ if TYPE_CHECKING:
     import pandas
     import polars
 
+    from litstore.ops.audit import AuditReport
     from litstore.ops.diff import Diff
     from litstore.ops.gc import GCReport
     from litstore.ops.verify import VerifyReport
@@ -58,7 +59,7 @@ if TYPE_CHECKING:
 
 Root = str | os.PathLike[str]
 
-#: Writes encode and sort records in runs of at least this many payload bytes (else 2 x chunk_bytes).
+#: Writes encode and sort records in runs of chunk_bytes of payload, and at least this many.
 _MIN_RUN_BYTES = 8 * 1024 * 1024
 
 #: An empty fingerprint (the sum over no records).
@@ -133,6 +134,17 @@ class Store:
     """A keyed, versioned dataset: read its latest version, write new ones.
 
     Create one with :meth:`Store.create`, open one with :func:`litstore.open`.
+
+    Writing (each call commits one new version and returns its :class:`Version`):
+        append(records), upsert(records), delete(keys), ingest(...), compact(),
+        stage(records) + commit(fragments); tags: ``store.tags``, tag(), delete_tag();
+        gc() removes what no kept version needs.
+
+    Reading the head (``store.head()``, a :class:`Snapshot`): ``store[key]``, get(),
+    get_many(), keys(), items(), ``len(store)``, manifest(), sql(), to_arrow(),
+    to_pandas(), dataset() (a litdata ``StreamingDataset``), verify(), audit().
+
+    History: version, versions(), at(version), diff(old, new, fields=...), refresh().
     """
 
     def __init__(self, head: Snapshot) -> None:
@@ -154,6 +166,7 @@ class Store:
         *,
         key_type: type | None = None,
         schema: type[pydantic.BaseModel] | None = None,
+        fields: dict[str, Any] | None = None,
         chunk_bytes: int = 64 * 1024 * 1024,
         checkpoint_interval: int = 64,
         storage_options: dict[str, Any] | None = None,
@@ -168,7 +181,13 @@ class Store:
                 name (or ``FieldSplit``) to take the split from each record, or ``None``
                 for a single split ``"train"``.
             key_type: ``str`` or ``int``; defaults to the schema's key annotation, else ``str``.
-            schema: a pydantic model every record is validated against.
+            schema: a pydantic model every record is validated against. Its scalar
+                fields (int, float, str, bool, or Optional of one) are declared fields.
+            fields: record fields to copy into the manifest as typed columns, e.g.
+                ``{"label": int, "source": str, "score": float | None}``: every write
+                checks them (a field may be missing or ``None`` only if Optional), and
+                ``sql()`` and ``select(where=...)`` filter by them. More can be added
+                later with :meth:`add_fields`.
             chunk_bytes: target size of a chunk file.
             checkpoint_interval: write a full manifest at least every this many
                 versions (also whenever the deltas since the last one outgrow the
@@ -193,6 +212,7 @@ class Store:
                 key_type=_resolve_key_type(key, key_type, schema),
                 splits=rule,
                 record_schema=_schema_ref(schema) if schema is not None else None,
+                fields=_declared(key, schema, fields),
                 chunk_bytes=chunk_bytes,
                 checkpoint_interval=checkpoint_interval,
                 created_at=datetime.now(UTC),
@@ -402,8 +422,9 @@ class Store:
 
     def _runs(self, records: Iterable[Any], progress: bool) -> Iterator[txn.Batch]:
         """``records`` validated and encoded, in runs of bounded size (see :func:`litstore.txn.prepare_runs`)."""
-        run_bytes = max(2 * self.config.chunk_bytes, _MIN_RUN_BYTES)
-        return txn.prepare_runs(records, self.config, self._head.model, False, run_bytes)  # stage shows progress
+        run_bytes = max(self.config.chunk_bytes, _MIN_RUN_BYTES)
+        fields = self._head.fields  # the head's declared fields (add_fields may have added some)
+        return txn.prepare_runs(records, self.config, self._head.model, False, run_bytes, fields)
 
     def _checked_runs(
         self, records: Iterable[Any], mode: Literal["append", "upsert"], progress: bool
@@ -522,6 +543,27 @@ class Store:
         )
         return self.version
 
+    def add_fields(
+        self, fields: dict[str, Any], *, message: str | None = None, metadata: dict[str, Any] | None = None
+    ) -> Version:
+        """Declare more fields (as in :meth:`create`), reading their values from every record; a new version.
+
+        The new version has the same records, chunks and fingerprint; its manifest
+        carries the new columns. Older versions keep the fields they had.
+
+        Raises:
+            InvalidArgumentError: a name or type cannot be declared, or is declared already.
+            SchemaError: some records lack a valid value (the error names them); nothing was committed.
+        """
+        from litstore.format import fields as field_format
+        from litstore.txn.fields import add_fields
+
+        declared = field_format.declare(fields, self.config.key)
+        if not declared:
+            return self.version
+        self._head = add_fields(self._head, declared, message, metadata)
+        return self.version
+
     def tag(self, name: str, version: VersionRef | None = None, *, move: bool = False) -> Tag:
         """Name ``version`` (default: the latest) ``name``: ``store.tags.create(...)``."""
         return self.tags.create(name, version, move=move)
@@ -628,12 +670,26 @@ class Store:
         return self._head.verify(version, expected_keys, progress=progress)
 
     def dataset(self, version: VersionRef | None = None, split: str | None = None, **kwargs: Any) -> VersionDataset:
-        """Stream ``version`` (default: the head); see :meth:`Snapshot.dataset`."""
+        """Stream ``version`` (default: the head), or a subset (``where=``, ``keys=``); see :meth:`Snapshot.dataset`."""
         return self._head.dataset(version, split, **kwargs)
 
-    def diff(self, old: VersionRef, new: VersionRef | None = None) -> Diff:
-        """Keys added, removed and changed from ``old`` to ``new`` (default: the head)."""
-        return self._head.diff(old, new)
+    def select(self, where: str, version: VersionRef | None = None) -> list[Key]:
+        """Keys of ``version`` (default: the head) whose manifest row matches ``where``; see :meth:`Snapshot.select`."""
+        return self._head.select(where, version)
+
+    def diff(self, old: VersionRef, new: VersionRef | None = None, *, fields: bool = False) -> Diff:
+        """Keys added, removed and changed from ``old`` to ``new`` (default: the head); see :meth:`Snapshot.diff`.
+
+        ``fields=True`` also names the fields that changed (reading the changed records only).
+        """
+        return self._head.diff(old, new, fields=fields)
+
+    def audit(self, version: VersionRef | None = None, *, examples: int = 5, progress: bool = False) -> AuditReport:
+        """Identical records under different keys, and across splits, in ``version`` (default: the head).
+
+        See :meth:`Snapshot.audit`.
+        """
+        return self._head.audit(version, examples=examples, progress=progress)
 
     def at(self, version: VersionRef) -> Snapshot:
         """A read-only snapshot of ``version``: a number, a tag name, or a ``Version``."""
@@ -672,6 +728,15 @@ def _initial_version(config: StoreConfig) -> Version:
         counts={name: 0 for name in config.splits.names},
         fingerprint=_EMPTY_FINGERPRINT,
     )
+
+
+def _declared(key: str, schema: type[pydantic.BaseModel] | None, fields: dict[str, Any] | None) -> dict[str, str]:
+    """The declared fields of a new store: the schema's scalar fields, then ``fields``."""
+    from litstore.format import fields as field_format
+
+    declared = field_format.from_model(schema, key) if schema is not None else {}
+    declared.update(field_format.declare(fields, key) if fields is not None else {})
+    return declared
 
 
 def _resolve_key_type(

@@ -23,21 +23,23 @@ import os
 from collections.abc import Iterable, Iterator, Sequence
 
 import numpy as np
+import xxhash
 from tqdm.auto import tqdm
 
 from litstore._litdata.chunk import ITEM_HEADER
 from litstore._litdata.index import ChunkInfo
+from litstore.errors import IntegrityError
 
 _U32 = np.dtype("<u4")
 
 
-def write_chunk_file(directory: str, filename: str, data: bytes | bytearray) -> None:
+def write_chunk_file(directory: str, filename: str, data: bytes) -> None:
     """Write one finished chunk file (the single place chunk bytes reach the disk)."""
     with open(os.path.join(directory, filename), "wb") as out:
         out.write(data)
 
 
-def chunk_bytes_of(payloads: Sequence[bytes | memoryview]) -> bytearray:
+def chunk_bytes_of(payloads: Sequence[bytes | memoryview]) -> bytes:
     """The bytes of one chunk holding ``payloads``, in order."""
     count = len(payloads)
     sizes = np.fromiter((len(payload) for payload in payloads), dtype=np.int64, count=count)
@@ -46,14 +48,13 @@ def chunk_bytes_of(payloads: Sequence[bytes | memoryview]) -> bytearray:
     offsets[0] = header
     np.cumsum(sizes + ITEM_HEADER, out=offsets[1:])
     offsets[1:] += header
-    data = bytearray(int(offsets[-1]))
-    data[0:4] = np.array([count], dtype=_U32).tobytes()
-    data[4:header] = offsets.astype(_U32).tobytes()
     size_bytes = sizes.astype(_U32).tobytes()
-    for i, (start, payload) in enumerate(zip(offsets[:-1].tolist(), payloads)):
-        data[start : start + ITEM_HEADER] = size_bytes[4 * i : 4 * i + 4]
-        data[start + ITEM_HEADER : start + ITEM_HEADER + len(payload)] = payload
-    return data
+    parts: list[bytes | memoryview] = [b""] * (2 * count + 2)
+    parts[0] = np.array([count], dtype=_U32).tobytes()
+    parts[1] = offsets.astype(_U32).tobytes()
+    parts[2::2] = [size_bytes[start : start + 4] for start in range(0, 4 * count, 4)]
+    parts[3::2] = payloads
+    return b"".join(parts)
 
 
 class ChunkWriter:
@@ -97,8 +98,19 @@ class ChunkWriter:
     def _write(self) -> None:
         name = f"chunk-{self._fragment}-{next(self._numbers)}.bin"
         data = chunk_bytes_of(self._pending)
+        digest = xxhash.xxh3_128_digest(data)
         write_chunk_file(self._directory, name, data)
-        self.chunks.append(ChunkInfo(f"{self._prefix}/{name}", len(self._pending), len(data)))
+        size = len(data)
+        del data
+        with open(os.path.join(self._directory, name), "rb") as handle:  # read back: it must be what was built
+            hasher = xxhash.xxh3_128()
+            while block := handle.read(1 << 20):
+                hasher.update(block)
+            if hasher.digest() != digest:
+                raise IntegrityError(
+                    f"chunk {self._prefix}/{name} did not land intact: its bytes are not the ones written"
+                )
+        self.chunks.append(ChunkInfo(f"{self._prefix}/{name}", len(self._pending), size))
         self._pending = []
         self._pending_bytes = 0
 

@@ -174,12 +174,28 @@ def _pack(value: Any) -> bytes:
     return packed
 
 
+_PACKER = msgpack.Packer(**_PACKER_OPTIONS)
+# Values whose canonical form is themselves (ints only within MessagePack's range).
+_SCALARS = frozenset((str, int, float, bool, bytes, type(None)))
+_STR = frozenset((str,))
+
+
 def encode(record: Any) -> bytes:
     """The canonical bytes of ``record``.
+
+    Records that are flat dicts of str keys and scalar values (the common case) take a
+    fast path with the same result: their canonical form is the dict itself, keys sorted.
 
     Raises:
         UnsupportedValueError: a value has a type litstore cannot store.
     """
+    if type(record) is dict and set(map(type, record.values())) <= _SCALARS and set(map(type, record)) <= _STR:
+        try:
+            packed: bytes = _PACKER.pack({key: record[key] for key in sorted(record)})
+        except OverflowError:
+            pass  # an int beyond 64 bits: the general path stores it as an extension
+        else:
+            return packed
     return _pack(_canonical(record, ""))
 
 
@@ -317,6 +333,41 @@ def decode_all(data: bytes, where: str = "records") -> list[Any]:
         return list(unpacker)
     except (IntegrityError, *_DECODE_FAILURES) as exc:
         raise IntegrityError(f"{where}: stored bytes do not decode: {exc!r}") from exc
+
+
+def decode_framed(chunk: memoryview, offsets: Any, aligned: bool) -> list[Any] | None:
+    """Every record of a chunk in litdata's item framing (a 4-byte size before each payload), in one pass.
+
+    ``offsets`` are the chunk's item offsets. With ``aligned`` the caller vouches that
+    every payload is a committed record (its content hash matched), so each decodes as
+    exactly one object; otherwise each item's end is checked as it is read. Returns
+    ``None`` when the items cannot be decoded this way (damage): decode them one by
+    one to find which.
+    """
+    count = len(offsets) - 1
+    if not count:
+        return []
+    base = int(offsets[0])
+    unpacker = msgpack.Unpacker(max_buffer_size=len(chunk), **_UNPACK_OPTIONS)
+    unpacker.feed(chunk[base:])
+    skip, unpack, tell = unpacker.read_bytes, unpacker.unpack, unpacker.tell
+    records: list[Any] = []
+    append = records.append
+    try:
+        if aligned:
+            for _ in range(count):
+                skip(4)
+                append(unpack())
+        else:
+            ends = (offsets[1:] - base).tolist()
+            for end in ends:
+                skip(4)
+                append(unpack())
+                if tell() != end:
+                    return None
+    except (*_DECODE_FAILURES, msgpack.OutOfData):
+        return None
+    return records
 
 
 def decode(data: bytes | memoryview, where: str = "record") -> Any:

@@ -13,12 +13,14 @@ import re
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
+import numpy as np
 import pydantic
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, TypeAdapter, field_validator, model_validator
 
 from litstore.errors import InvalidArgumentError
+from litstore.format import fields as field_format
 from litstore.format import layout
-from litstore.format.hashing import split_unit
+from litstore.format.hashing import split_unit, split_units
 
 FORMAT_VERSION = 1
 
@@ -72,6 +74,15 @@ class HashSplit(_Frozen):
     @property
     def names(self) -> tuple[str, ...]:
         return tuple(self.fractions)
+
+    def assign_all(self, keys: list[str | int]) -> list[str]:
+        """The split of each key: what :meth:`assign` gives, for many keys in one pass."""
+        names = list(self.fractions)
+        if len(names) == 1:
+            return names * len(keys)
+        edges = np.cumsum(list(self.fractions.values()))
+        chosen = np.minimum(np.searchsorted(edges, split_units(keys), side="right"), len(names) - 1)
+        return [names[i] for i in chosen.tolist()]
 
     def assign(self, key: str | int, record: dict[str, Any]) -> str:
         """The split of the record with this key."""
@@ -140,15 +151,24 @@ class StoreConfig(_Frozen):
     chunk_bytes: int = Field(default=64 * 1024 * 1024, gt=0)
     checkpoint_interval: int = Field(default=64, gt=0)
     created_at: datetime
+    #: Fields declared at creation (see :mod:`litstore.format.fields`); a version may add more.
+    fields: dict[str, str] = Field(default_factory=dict)
 
     @model_validator(mode="after")
     def _supported(self) -> StoreConfig:
         if self.format_version > FORMAT_VERSION:
             raise ValueError(f"store format {self.format_version} is newer than this litstore reads ({FORMAT_VERSION})")
+        _check_fields(self.fields, self.key)
         return self
 
 
-Operation = Literal["create", "append", "upsert", "delete", "compact"]
+def _check_fields(fields: dict[str, str] | None, key: str | None) -> None:
+    for name, type_name in (fields or {}).items():
+        field_format.check_name(name, key or "")
+        field_format.check_type_name(type_name)
+
+
+Operation = Literal["create", "append", "upsert", "delete", "compact", "add_fields"]
 
 
 class Version(_Frozen):
@@ -172,6 +192,8 @@ class Version(_Frozen):
             this version's manifest (0 when it has a checkpoint).
         indexes: the litdata index file of each non-empty split.
         message, metadata: what the writer said about this version.
+        fields: the declared fields (name -> type) this version's manifest carries as
+            columns; ``None``: those of the store config (see :func:`declared_fields`).
 
     Every path a commit record names is the one :mod:`litstore.format.layout` derives
     from its number and transaction; a record naming any other file is refused when
@@ -197,9 +219,11 @@ class Version(_Frozen):
     indexes: dict[str, str] = Field(default_factory=dict)
     message: str | None = None
     metadata: dict[str, Any] = Field(default_factory=dict)
+    fields: dict[str, str] | None = None
 
     @model_validator(mode="after")
     def _paths_are_its_own(self) -> Version:
+        _check_fields(self.fields, None)
         if self.transaction is None:
             if self.manifest or self.checkpoint or self.indexes or self.fragments or self.dropped_chunks:
                 raise ValueError("a version without a transaction names no files")
@@ -241,6 +265,11 @@ class Version(_Frozen):
 
     def __index__(self) -> int:
         return self.number
+
+
+def declared_fields(config: StoreConfig, version: Version) -> dict[str, str]:
+    """The fields ``version``'s manifest carries: its own set, else the store's from creation."""
+    return config.fields if version.fields is None else version.fields
 
 
 class ExpiredVersion(_Frozen):

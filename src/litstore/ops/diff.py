@@ -1,22 +1,46 @@
-"""What changed between two versions, computed from their manifests alone."""
+"""What changed between two versions: keys from their manifests, and on request which fields.
+
+:meth:`Diff.between` reads the two manifests only, never chunk data. :meth:`Diff.with_fields`
+then decodes the changed records alone (the old record from the old version, the new
+one from the new) to name the top-level fields whose values differ.
+"""
 
 from __future__ import annotations
 
+import dataclasses
+from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
 from litstore import query
-from litstore.errors import describe
+from litstore.errors import InvalidArgumentError, UnsupportedValueError, describe
+from litstore.format import codec
+
+if TYPE_CHECKING:
+    from litstore.snapshot import Snapshot
+
+# Changed records decoded at once by with_fields: bounds memory on large diffs.
+_FIELDS_BATCH = 1024
+# Stands in for a field one side lacks: never the same as a stored value.
+_ABSENT: Any = object()
 
 
 @dataclass(frozen=True)
 class Diff:
     """Keys added, removed and changed (same key, new content hash) from ``old`` to ``new``.
 
-    ``added``, ``removed`` and ``changed`` are Arrow tables with columns ``key`` and
-    ``split``. A record that only moved to another chunk, with the same content, is
-    not changed.
+    Attributes:
+        old, new: the two version numbers.
+        added, removed, changed: Arrow tables with columns ``key`` and ``split``; with
+            ``store.diff(a, b, fields=True)``, ``changed`` also has a ``fields`` column
+            (list of str): the top-level fields whose values differ.
+        counts, split_counts, field_counts: how many of each, overall, per split, per field.
+        summary(): a readable account.
+
+    A record that only moved to another chunk, with the same content, is not changed.
     """
 
     old: int
@@ -27,8 +51,16 @@ class Diff:
 
     @classmethod
     def between(cls, old: int, new: int, old_manifest: pa.Table, new_manifest: pa.Table) -> Diff:
+        """The diff of two manifests (keys only; no record is read)."""
         parts = query.diff(old_manifest, new_manifest)
         return cls(old, new, parts["added"], parts["removed"], parts["changed"])
+
+    def with_fields(self, old_view: Snapshot, new_view: Snapshot) -> Diff:
+        """This diff with a ``fields`` column on ``changed``, read from the two versions' records."""
+        keys = self.changed.column("key").to_pylist()
+        fields = changed_fields(old_view, new_view, keys)
+        changed = self.changed.append_column("fields", pa.array(fields, pa.list_(pa.string())))
+        return dataclasses.replace(self, changed=changed)
 
     @property
     def counts(self) -> dict[str, int]:
@@ -45,17 +77,37 @@ class Diff:
                 entry[kind] += 1
         return dict(sorted(result.items()))
 
+    @property
+    def has_fields(self) -> bool:
+        """Whether this diff names the changed fields (it was made with ``fields=True``)."""
+        return "fields" in self.changed.column_names
+
+    @property
+    def field_counts(self) -> dict[str, int]:
+        """Per field, how many changed records differ in it; most changed first.
+
+        Raises:
+            InvalidArgumentError: the diff was made without ``fields=True``.
+        """
+        if not self.has_fields:
+            raise InvalidArgumentError(
+                f"the diff of versions {self.old} -> {self.new} was made without fields=True, so it does not "
+                "know which fields changed; use store.diff(old, new, fields=True)"
+            )
+        counts = Counter(name for names in self.changed.column("fields").to_pylist() for name in names)
+        return dict(sorted(counts.items(), key=lambda item: (-item[1], item[0])))
+
     def __bool__(self) -> bool:
         """True when the versions differ."""
         return any(self.counts.values())
 
     def summary(self, examples: int = 3) -> str:
-        """A readable account: totals, per split, and a few example keys of each kind."""
+        """A readable account: totals (and changed fields), per split, and a few example keys of each kind."""
         counts = self.counts
-        lines = [
-            f"version {self.old} -> {self.new}: "
-            f"+{counts['added']} added, -{counts['removed']} removed, ~{counts['changed']} changed"
-        ]
+        changed = f"~{counts['changed']} changed"
+        if self.has_fields and self.field_counts:
+            changed += " (" + ", ".join(f"{name}: {count}" for name, count in self.field_counts.items()) + ")"
+        lines = [f"version {self.old} -> {self.new}: +{counts['added']} added, -{counts['removed']} removed, {changed}"]
         for split, entry in self.split_counts.items():
             lines.append(f"  {split}: +{entry['added']} -{entry['removed']} ~{entry['changed']}")
         for kind, table in (("added", self.added), ("removed", self.removed), ("changed", self.changed)):
@@ -75,3 +127,38 @@ class Diff:
             f"<Diff {self.old} -> {self.new}: +{counts['added']} added, -{counts['removed']} removed, "
             f"~{counts['changed']} changed>"
         )
+
+
+def changed_fields(old_view: Snapshot, new_view: Snapshot, keys: Sequence[Any]) -> list[list[str]]:
+    """For each of ``keys`` (in both versions), the sorted top-level fields whose values differ.
+
+    A field present on one side only differs. Records are read in batches, so memory
+    holds one batch of each version at a time.
+    """
+    result: list[list[str]] = []
+    for start in range(0, len(keys), _FIELDS_BATCH):
+        batch = keys[start : start + _FIELDS_BATCH]
+        for before, after in zip(old_view.get_many(batch), new_view.get_many(batch), strict=True):
+            names = sorted(set(before) | set(after), key=str)
+            result.append(
+                [str(name) for name in names if not _same(before.get(name, _ABSENT), after.get(name, _ABSENT))]
+            )
+    return result
+
+
+def _same(old: Any, new: Any) -> bool:
+    """Whether two decoded values are the same content: same type and the same canonical bytes.
+
+    Canonical bytes compare numpy arrays and tensors by dtype, shape and bytes, and
+    str and bytes exactly; ``1`` and ``1.0`` differ, two NaNs do not.
+    """
+    if type(old) is not type(new) or old is _ABSENT or new is _ABSENT:
+        return False
+    try:
+        return codec.encode(old) == codec.encode(new)
+    except UnsupportedValueError:
+        # A decoded media object (a PIL image, a video reader) has no canonical bytes.
+        try:
+            return bool(old == new)
+        except (TypeError, ValueError):
+            return False

@@ -38,7 +38,7 @@ from litstore.errors import ConflictError, StorageError, UncertainCommitError, V
 from litstore.format import hashing, layout
 from litstore.format import manifest as manifest_format
 from litstore.format.manifest import ChangeKind
-from litstore.format.models import ExpiredVersion, Operation, Version
+from litstore.format.models import ExpiredVersion, Operation, Version, declared_fields
 from litstore.read.groups import by_chunk
 from litstore.read.keyindex import KeyIndex
 from litstore.txn import log
@@ -84,6 +84,7 @@ def commit(
         return head
     operation = operation or ("delete" if not fragments else mode)
     moves: StagedFragment | None = None
+    planned_fields = _fields(head)  # a rebase onto a head that declared other fields must plan again
     try:
         current, moves = _relocate(head, current, progress)
         for attempt in range(_MAX_ATTEMPTS):
@@ -97,7 +98,8 @@ def commit(
                         f"another writer committed changes to {len(clash)} of the same keys first "
                         f"(now at version {head.version.number}): {describe(clash)}; nothing was committed"
                     ) from None
-                if dropped & current.dropped_chunks:
+                if dropped & current.dropped_chunks or _fields(head) != planned_fields:
+                    planned_fields = _fields(head)
                     if moves is not None:
                         discard(head.storage, moves)
                         moves = None
@@ -154,6 +156,8 @@ def _relocate(head: Snapshot, current: Plan, progress: bool) -> tuple[Plan, Stag
         current.deleted,
         current.dropped_chunks,
         current.staged_chunks,
+        current.chunk_bytes,
+        current.entering_fingerprint,
     )
     return relocated, moves
 
@@ -182,7 +186,7 @@ def publish(
     storage, config, parent = head.storage, head.config, head.version
     number = parent.number + 1
     transaction = layout.new_transaction()
-    delta = _delta(config.key_type, number, current)
+    delta = _delta(config.key_type, number, current, declared_fields(config, parent))
     written: list[str] = []
     manifest_path = layout.manifest_delta(number, transaction)
     storage.write(manifest_path, manifest_format.to_parquet(delta))
@@ -202,7 +206,7 @@ def publish(
     pending_rows = parent.pending_rows + delta.num_rows
     checkpoint_path = None
     if number % config.checkpoint_interval == 0 or pending_rows > sum(counts.values()):
-        full = query.compose(config.key_type, head.manifest(), [delta])
+        full = query.compose(config.key_type, head.manifest(), [delta], declared_fields(config, parent))
         checkpoint_path = layout.manifest_checkpoint(number, transaction)
         storage.write(checkpoint_path, manifest_format.to_parquet(full))
         written.append(checkpoint_path)
@@ -231,6 +235,7 @@ def publish(
         indexes=indexes,
         message=message,
         metadata=metadata or {},
+        fields=parent.fields,
     )
     if not put_commit_record(head, version):
         for path in written:
@@ -325,10 +330,8 @@ def _next_index(head: Snapshot, current: Plan) -> KeyIndex | None:
 
 
 def _count_changes(current: Plan) -> dict[str, int]:
-    counts: dict[str, int] = {}
-    for split, kind in zip(current.rows.column("split").to_pylist(), current.kinds()):
-        if kind == ChangeKind.ADDED:
-            counts[split] = counts.get(split, 0) + 1
+    added = current.rows.filter(pc.equal(current.rows.column("change"), str(ChangeKind.ADDED)))
+    counts = {entry["values"]: entry["counts"] for entry in added.column("split").value_counts().to_pylist()}
     for split in current.deleted.splits:
         counts[split] = counts.get(split, 0) - 1
     return counts
@@ -336,28 +339,38 @@ def _count_changes(current: Plan) -> dict[str, int]:
 
 def _fingerprint_change(current: Plan) -> int:
     """What the version adds to its parent's fingerprint (modulo 2**128)."""
-    keys = current.rows.column("key").to_pylist()
-    contents = current.rows.column("content_hash").to_pylist()
-    entering = [i for i, kind in enumerate(current.kinds()) if kind != ChangeKind.MOVED]
     return (
-        hashing.fingerprint_sum([keys[i] for i in entering], [contents[i] for i in entering])
+        current.entering_fingerprint
         - hashing.fingerprint_sum(current.replaced.keys, current.replaced.content_hashes)
         - hashing.fingerprint_sum(current.deleted.keys, current.deleted.content_hashes)
     )
 
 
-def _delta(key_type: str, number: int, current: Plan) -> pa.Table:
+def _fields(snapshot: Snapshot) -> dict[str, str]:
+    return declared_fields(snapshot.config, snapshot.version)
+
+
+def _delta(key_type: str, number: int, current: Plan, fields: dict[str, str]) -> pa.Table:
+    """The delta of the version: the rows it writes (added, replaced, moved) and those it deletes."""
+    target = manifest_format.schema(key_type, fields)
     rows, deleted = current.rows, current.deleted
-    columns = {
-        "key": rows.column("key").to_pylist() + deleted.keys,
-        "key_hash": np.concatenate([rows.column("key_hash").to_numpy(), hashing.key_hashes(deleted.keys)]),
-        "content_hash": rows.column("content_hash").to_pylist() + deleted.content_hashes,
-        "split": rows.column("split").to_pylist() + deleted.splits,
-        "chunk": rows.column("chunk").to_pylist() + [""] * len(deleted),
-        "row": np.concatenate([rows.column("row").to_numpy(), np.zeros(len(deleted), dtype=np.uint32)]),
-    }
-    changes = [ChangeKind(kind) for kind in current.kinds()] + [ChangeKind.DELETED] * len(deleted)
-    return manifest_format.make_delta(key_type, number, columns, changes)
+    parts = [rows.select(target.names).cast(target).append_column("change", rows.column("change"))]
+    if len(deleted):
+        count = len(deleted)
+        gone: dict[str, Any] = {
+            "key": deleted.keys,
+            "key_hash": hashing.key_hashes(deleted.keys),
+            "content_hash": deleted.content_hashes,
+            "split": deleted.splits,
+            "chunk": [""] * count,
+            "row": np.zeros(count, dtype=np.uint32),
+        }
+        gone.update((name, [None] * count) for name in fields)  # deleted rows carry no field values
+        table = pa.Table.from_arrays([pa.array(gone[field.name], field.type) for field in target], schema=target)
+        parts.append(table.append_column("change", pa.array([str(ChangeKind.DELETED)] * count, pa.string())))
+    delta = pa.concat_tables(parts)
+    delta = delta.append_column("version", pa.array(np.full(delta.num_rows, number, dtype=np.int64)))
+    return delta.cast(manifest_format.delta_schema(key_type, fields))
 
 
 def _version_chunks(

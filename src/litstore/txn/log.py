@@ -15,7 +15,15 @@ from litstore._litdata.index import ChunkInfo, parse_index_document
 from litstore.errors import IntegrityError, VersionNotFoundError
 from litstore.format import layout
 from litstore.format import manifest as manifest_format
-from litstore.format.models import COMMIT_RECORD, ExpiredVersion, StoreConfig, Tag, Version, check_tag_name
+from litstore.format.models import (
+    COMMIT_RECORD,
+    ExpiredVersion,
+    StoreConfig,
+    Tag,
+    Version,
+    check_tag_name,
+    declared_fields,
+)
 from litstore.storage import MissingFileError, Storage
 
 
@@ -76,13 +84,15 @@ def read_chunks(storage: Storage, version: Version) -> dict[str, list[ChunkInfo]
     return chunks
 
 
-def read_manifest_file(storage: Storage, config: StoreConfig, path: str, delta: bool) -> pa.Table:
-    """A manifest delta (``delta=True``) or checkpoint, with its chunk names checked.
+def read_manifest_file(
+    storage: Storage, config: StoreConfig, path: str, delta: bool, fields: dict[str, str] | None = None
+) -> pa.Table:
+    """A manifest delta (``delta=True``) or checkpoint with the declared ``fields``, its chunk names checked.
 
     Raises:
         IntegrityError: the file is damaged or names a chunk outside the layout.
     """
-    table = manifest_format.from_parquet(storage.read(path), path, config.key_type, delta)
+    table = manifest_format.from_parquet(storage.read(path), path, config.key_type, delta, fields)
     for name in table.column("chunk").unique().to_pylist():
         if name == "" and delta:
             continue  # deleted rows have no chunk
@@ -110,17 +120,22 @@ def compose_manifest(storage: Storage, config: StoreConfig, number: int) -> pa.T
     checkpoints = set(storage.names(layout.MANIFESTS))
     pending: list[str] = []
     checkpoint = None
+    # The declared fields of the target version: every file of its chain has them, because
+    # add_fields writes a checkpoint, where the chain of every later version stops.
+    fields: dict[str, str] | None = None
     while number > 0:
         version = read_version(storage, number)
+        fields = declared_fields(config, version) if fields is None else fields
         path = checkpoint_of(version, checkpoints)
         if path is not None:
-            checkpoint = read_manifest_file(storage, config, path, delta=False)
+            checkpoint = read_manifest_file(storage, config, path, delta=False, fields=fields)
             break
         if version.manifest is not None:
             pending.append(version.manifest)
         number -= 1
-    deltas = [read_manifest_file(storage, config, path, delta=True) for path in reversed(pending)]
-    return query.compose(config.key_type, checkpoint, deltas)
+    fields = config.fields if fields is None else fields
+    deltas = [read_manifest_file(storage, config, path, delta=True, fields=fields) for path in reversed(pending)]
+    return query.compose(config.key_type, checkpoint, deltas, fields)
 
 
 def write_checkpoint(storage: Storage, config: StoreConfig, version: Version, full: pa.Table | None = None) -> str:

@@ -19,9 +19,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from litstore import query
-from litstore.errors import DuplicateKeyError, KeyNotFoundError, SplitError, describe
+from litstore.errors import ConflictError, DuplicateKeyError, KeyNotFoundError, SplitError, describe
 from litstore.format import hashing
-from litstore.format.manifest import MANIFEST_COLUMNS, ChangeKind, schema
+from litstore.format.manifest import ChangeKind, columns, schema
+from litstore.format.models import declared_fields
 from litstore.txn.records import Batch
 from litstore.txn.stage import StagedFragment
 
@@ -63,6 +64,7 @@ class Plan:
         staged_chunks: the staged chunks the version lists, per split.
         chunk_bytes: target size of the chunks moved rows are written to (default:
             the store's ``chunk_bytes``).
+        entering_fingerprint: the fingerprint sum of the added and replaced rows.
     """
 
     rows: pa.Table
@@ -72,6 +74,7 @@ class Plan:
     dropped_chunks: frozenset[str]
     staged_chunks: dict[str, list[Any]]
     chunk_bytes: int | None = None
+    entering_fingerprint: int = 0
 
     @property
     def empty(self) -> bool:
@@ -106,11 +109,12 @@ def plan(
         DuplicateKeyError: a key is staged twice, staged and deleted, or (append) already live.
         SplitError: (upsert) a replacement would move a key to another split.
         KeyNotFoundError: a key to delete is not live and ``missing_ok`` is false.
+        ConflictError: a fragment was staged with other declared fields than ``parent`` has.
     """
     key_type = parent.config.key_type
-    staged = _staged_rows(fragments, key_type)
+    staged = _staged_rows(fragments, key_type, declared_fields(parent.config, parent.version))
     staged_keys = staged.column("key")
-    twice = query.duplicate_keys(staged)
+    twice = query.duplicate_keys(staged, hashes_are_true=True)
     if twice:
         raise DuplicateKeyError(f"{len(twice)} keys are staged more than once: {describe(twice)}")
     skipped = np.zeros(staged.num_rows, dtype=bool)
@@ -118,7 +122,7 @@ def plan(
     leaving: list[pa.Table] = []
     replaced = Removal()
     if mode == "append":
-        existing = parent.existing_keys(staged_keys.to_pylist())
+        existing = parent.existing_keys(staged_keys, staged.column("key_hash").to_numpy())
         if existing:
             raise DuplicateKeyError(
                 f"{len(existing)} keys are already in the store (append never replaces; use upsert): "
@@ -167,12 +171,13 @@ def plan(
         leaving.append(found)
     dropped = frozenset(name for table in leaving for name in table.column("chunk").to_pylist()) | rewrite
     staged_dropped = set(staged.filter(pa.array(skipped)).column("chunk").to_pylist())
-    entering = staged.filter(pa.array(~skipped))
-    entering_kinds = [str(ChangeKind.REPLACED if kind else ChangeKind.ADDED) for kind in replacing[~skipped].tolist()]
+    entering = staged.filter(pa.array(~skipped)) if skipped.any() else staged  # filtering copies every column
+    kept = replacing[~skipped] if skipped.any() else replacing
+    entering_kinds = pc.if_else(pa.array(kept), str(ChangeKind.REPLACED), str(ChangeKind.ADDED))
     moved = _survivors(parent, dropped, set(replaced.keys) | set(deleted.keys))
     rows = pa.concat_tables(
         [
-            entering.append_column("change", pa.array(entering_kinds, pa.string())),
+            entering.append_column("change", entering_kinds.cast(pa.string())),
             moved.append_column("change", pa.array([str(ChangeKind.MOVED)] * moved.num_rows, pa.string())),
         ]
     )
@@ -180,9 +185,17 @@ def plan(
     staged_chunks: dict[str, list[Any]] = {}
     for fragment in fragments:
         for split, chunks in fragment.chunks.items():
-            kept = [chunk for chunk in chunks if chunk.filename not in staged_dropped]
-            staged_chunks.setdefault(split, []).extend(kept)
-    return Plan(rows, relocate.astype(bool), replaced, deleted, dropped, staged_chunks, chunk_bytes)
+            staged_chunks.setdefault(split, []).extend(
+                chunk for chunk in chunks if chunk.filename not in staged_dropped
+            )
+    skipped_rows = staged.filter(pa.array(skipped))
+    staged_sum = sum((int(fragment.fingerprint, 16) for fragment in fragments), 0)
+    entering_fingerprint = staged_sum - hashing.fingerprint_sum(
+        skipped_rows.column("key").to_pylist(), skipped_rows.column("content_hash").to_pylist()
+    )
+    return Plan(
+        rows, relocate.astype(bool), replaced, deleted, dropped, staged_chunks, chunk_bytes, entering_fingerprint
+    )
 
 
 def refuse_existing(parent: Snapshot, batch: Batch, offset: int = 0) -> None:
@@ -190,7 +203,7 @@ def refuse_existing(parent: Snapshot, batch: Batch, offset: int = 0) -> None:
 
     ``offset`` is the input position of the batch's first record (for runs of a stream).
     """
-    existing = parent.existing_keys(batch.keys)
+    existing = parent.existing_keys(batch.keys, batch.key_hashes)
     if existing:
         positions = {key: offset + position for position, key in enumerate(batch.keys)}
         raise DuplicateKeyError(
@@ -230,19 +243,33 @@ def without_unchanged(parent: Snapshot, batch: Batch) -> Batch:
     return batch.select(keep) if not keep.all() else batch
 
 
-def _staged_rows(fragments: Sequence[StagedFragment], key_type: str) -> pa.Table:
-    tables = [fragment.rows.cast(schema(key_type)) for fragment in fragments]
-    return pa.concat_tables(tables) if tables else schema(key_type).empty_table()
+def _staged_rows(fragments: Sequence[StagedFragment], key_type: str, fields: dict[str, str]) -> pa.Table:
+    target = schema(key_type, fields)
+    tables = []
+    for fragment in fragments:
+        rows = fragment.rows
+        if not rows.num_rows:
+            tables.append(target.empty_table())
+            continue
+        if rows.schema.names != target.names:
+            staged = [name for name in rows.schema.names if name not in columns()]
+            raise ConflictError(
+                f"fragment {fragment.transaction} was staged with declared fields {staged}, but the store now "
+                f"declares {list(fields)} (add_fields committed meanwhile): stage the records again"
+            )
+        tables.append(rows.cast(target))
+    return pa.concat_tables(tables) if tables else target.empty_table()
 
 
 def _survivors(parent: Snapshot, dropped: frozenset[str], leaving: set[Any]) -> pa.Table:
     """The parent's live rows in ``dropped`` chunks that stay in the new version."""
+    fields = declared_fields(parent.config, parent.version)
     if not dropped:
-        return schema(parent.config.key_type).empty_table()
+        return schema(parent.config.key_type, fields).empty_table()
     survivors = query.rows_in_chunks(parent.manifest(), sorted(dropped))
     if leaving:
         staying = pc.invert(
             pc.is_in(survivors.column("key"), pa.array(list(leaving), survivors.schema.field("key").type))
         )
         survivors = survivors.filter(staying)
-    return survivors.select(list(MANIFEST_COLUMNS)).cast(schema(parent.config.key_type))
+    return survivors.select(columns(fields)).cast(schema(parent.config.key_type, fields))

@@ -9,10 +9,11 @@ so a rejected batch leaves the store exactly as it was.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 import pydantic
 from tqdm.auto import tqdm
 
@@ -28,7 +29,8 @@ from litstore.errors import (
     describe,
 )
 from litstore.format import codec, hashing
-from litstore.format.models import FieldSplit, StoreConfig
+from litstore.format import fields as field_format
+from litstore.format.models import FieldSplit, HashSplit, StoreConfig
 
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 
@@ -38,13 +40,18 @@ _PROBLEM_ORDER: tuple[type[InvalidRecordError], ...] = (KeyFieldError, Duplicate
 
 @dataclass
 class Batch:
-    """Validated records, encoded and hashed, in input order."""
+    """Validated records, encoded and hashed, in input order.
+
+    ``fields`` holds the value of each declared field of each record (an Arrow array
+    per field, typed as its manifest column).
+    """
 
     keys: list[Any]
     key_hashes: np.ndarray
     splits: list[str]
     payloads: list[bytes]
     content_hashes: list[bytes]
+    fields: dict[str, pa.Array] = field(default_factory=dict)
 
     def __len__(self) -> int:
         return len(self.keys)
@@ -58,6 +65,7 @@ class Batch:
             splits=[self.splits[i] for i in indices],
             payloads=[self.payloads[i] for i in indices],
             content_hashes=[self.content_hashes[i] for i in indices],
+            fields={name: values.filter(pa.array(keep, pa.bool_())) for name, values in self.fields.items()},
         )
 
 
@@ -140,15 +148,16 @@ def prepare(
     config: StoreConfig,
     model: type[pydantic.BaseModel] | None = None,
     progress: bool = False,
+    fields: dict[str, str] | None = None,
 ) -> Batch:
-    """Validate, encode and hash ``records``, all of them at once.
+    """Validate, encode and hash ``records``, all of them at once (``fields``: see :func:`prepare_runs`).
 
     Raises:
         InvalidArgumentError: ``records`` is one record, or not an iterable of records.
         KeyFieldError, DuplicateKeyError, SchemaError, SplitError: some records are
             invalid; the error names them. Of several kinds, the first in that order.
     """
-    runs = list(prepare_runs(records, config, model, progress, run_bytes=None))
+    runs = list(prepare_runs(records, config, model, progress, run_bytes=None, fields=fields))
     return runs[0] if runs else Batch([], np.empty(0, np.uint64), [], [], [])
 
 
@@ -158,8 +167,12 @@ def prepare_runs(
     model: type[pydantic.BaseModel] | None = None,
     progress: bool = False,
     run_bytes: int | None = None,
+    fields: dict[str, str] | None = None,
 ) -> Iterator[Batch]:
     """Validate, encode and hash ``records``, yielding them in runs of about ``run_bytes`` of payload.
+
+    ``fields`` are the declared fields to check and extract from each record (default:
+    the config's; a store's head may declare more, see :func:`~litstore.format.models.declared_fields`).
 
     Streams: only one run is in memory (``run_bytes=None``: one run of everything).
     Once a record is rejected no more runs are yielded, but the rest of the input is
@@ -172,6 +185,8 @@ def prepare_runs(
             invalid; the error names them. Of several kinds, the first in that order.
     """
     _check_batch(records)
+    declared = list((config.fields if fields is None else fields).items())
+    values: dict[str, list[Any]] = {name: [] for name, _ in declared}
     problems = _Problems()
     keys: list[Any] = []
     splits: list[str] = []
@@ -180,31 +195,39 @@ def prepare_runs(
     size = 0
     first_position: dict[Any, int] = {}
     rule = config.splits
+    by_key = isinstance(rule, HashSplit)  # splits of a run are then computed at once, from its keys
     content_hash = hashing.content_hash
     encode = codec.encode
-    items = tqdm(records, desc="encoding", unit="rec", disable=not progress)
+    key_field = config.key
+    str_keys = config.key_type == "str"
+    items = tqdm(records, desc="encoding", unit="rec") if progress else records
     for position, raw in enumerate(items):
-        try:
-            record = _as_mapping(raw, model)
-        except pydantic.ValidationError as exc:
-            key = raw.get(config.key) if isinstance(raw, Mapping) else None
-            problems.add(SchemaError, position, key, f"does not fit the schema: {_first_error(exc)}")
-            continue
-        except TypeError as exc:
-            problems.add(SchemaError, position, None, str(exc))
-            continue
-        key, reason = _checked_key(record, config)
-        if reason is not None:
-            problems.add(KeyFieldError, position, None, reason)
-            continue
-        if type(record[config.key]) is not type(key):  # np.int64(5) is stored as the key 5 it stands for
-            record = {**record, config.key: key}
+        if model is None and type(raw) is dict:
+            record = raw
+        else:
+            try:
+                record = _as_mapping(raw, model)
+            except pydantic.ValidationError as exc:
+                key = raw.get(config.key) if isinstance(raw, Mapping) else None
+                problems.add(SchemaError, position, key, f"does not fit the schema: {_first_error(exc)}")
+                continue
+            except TypeError as exc:
+                problems.add(SchemaError, position, None, str(exc))
+                continue
+        key = record.get(key_field)
+        if not (str_keys and type(key) is str and key.isascii()):  # the common case needs no more checks
+            key, reason = _checked_key(record, config)
+            if reason is not None:
+                problems.add(KeyFieldError, position, None, reason)
+                continue
+            if type(record[key_field]) is not type(key):  # np.int64(5) is stored as the key 5 it stands for
+                record = {**record, key_field: key}
         earlier = first_position.setdefault(key, position)
         if earlier != position:
             problems.add(DuplicateKeyError, position, key, f"same key as position {earlier}")
             continue
         try:
-            split = rule.assign(key, record)
+            split = "" if by_key else rule.assign(key, record)
         except KeyError:
             assert isinstance(rule, FieldSplit)
             problems.add(SplitError, position, key, f"no split field {rule.field!r}")
@@ -217,6 +240,8 @@ def prepare_runs(
         except UnsupportedValueError as exc:
             problems.add(SchemaError, position, key, str(exc))
             continue
+        if declared and not _extract_fields(record, declared, values, problems, position, key):
+            continue
         if problems.found:
             continue  # keep looking for problems, but stop building output
         keys.append(key)
@@ -225,12 +250,54 @@ def prepare_runs(
         contents.append(content_hash(payload))
         size += len(payload)
         if run_bytes is not None and size >= run_bytes:
-            yield Batch(keys, hashing.key_hashes(keys), splits, payloads, contents)
+            yield _batch(keys, _hash_splits(rule, keys) if by_key else splits, payloads, contents, declared, values)
             keys, splits, payloads, contents, size = [], [], [], [], 0
+            values = {name: [] for name, _ in declared}
             first_position.clear()
     problems.raise_first()
     if keys or run_bytes is None:
-        yield Batch(keys, hashing.key_hashes(keys), splits, payloads, contents)
+        yield _batch(keys, _hash_splits(rule, keys) if by_key else splits, payloads, contents, declared, values)
+
+
+def _hash_splits(rule: object, keys: list[Any]) -> list[str]:
+    assert isinstance(rule, HashSplit)
+    return rule.assign_all(keys)
+
+
+def _batch(
+    keys: list[Any],
+    splits: list[str],
+    payloads: list[bytes],
+    contents: list[bytes],
+    declared: list[tuple[str, str]],
+    values: dict[str, list[Any]],
+) -> Batch:
+    arrays = {name: pa.array(values[name], field_format.arrow_type(type_name)) for name, type_name in declared}
+    return Batch(keys, hashing.key_hashes(keys), splits, payloads, contents, arrays)
+
+
+def _extract_fields(
+    record: dict[str, Any],
+    declared: list[tuple[str, str]],
+    values: dict[str, list[Any]],
+    problems: _Problems,
+    position: int,
+    key: Any,
+) -> bool:
+    """Append ``record``'s value of each declared field to ``values``; ``False`` (and a problem) if one is invalid."""
+    found: list[Any] = []
+    for name, type_name in declared:
+        value, reason = field_format.check_value(record.get(name), type_name)
+        if reason is not None:
+            if name not in record and not type_name.endswith("?"):
+                reason = "missing, and the field is not Optional"
+            problems.add(SchemaError, position, key, f"declared field {name!r}: {reason}")
+            return False
+        found.append(value)
+    if not problems.found:
+        for (name, _), value in zip(declared, found, strict=True):
+            values[name].append(value)
+    return True
 
 
 def _first_error(exc: pydantic.ValidationError) -> str:

@@ -1,0 +1,640 @@
+"""The ``litstore`` command line: inspect, query, check and maintain a store from a shell.
+
+``litstore COMMAND ROOT ...`` where ``ROOT`` is a local directory or ``s3://bucket/prefix``
+(with ``--endpoint-url`` and ``--storage-option KEY=VALUE`` for boto3's client). People
+get rich tables; ``--json`` prints one JSON document on stdout for scripts. Progress bars
+go to stderr and are on by default (``--no-progress``).
+
+Exit codes: 0 success, 1 ``verify`` found problems, 2 an error (a one-line message on
+stderr: a bad argument, a missing store, damaged data, ...); never a traceback for those.
+
+A ``VERSION`` argument is a version number (``3``), a tag name (``release-1``) or an ISO
+time (``2026-11-30T10:00:00``, UTC unless it says otherwise: the version current then).
+A tag whose name also reads as a time wins over the time.
+
+Values in JSON: bytes become ``{"$base64": "..."}`` (and that object is read back as
+bytes by ``import``), numpy arrays and tensors become nested lists, tuples become lists
+(see :mod:`litstore.cli.interchange`). This module is the only importer of typer and rich:
+``import litstore`` never loads them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+from collections.abc import Iterable
+from dataclasses import asdict
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+from tqdm.auto import tqdm
+
+import litstore
+from litstore.cli import interchange
+from litstore.errors import InvalidArgumentError, LitstoreError
+from litstore.format.models import FieldSplit, HashSplit, Version
+from litstore.snapshot import Key, Snapshot, VersionRef
+
+app = typer.Typer(
+    name="litstore",
+    help="Inspect, query, check and maintain litstore stores (local or s3://).",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+_out = Console(soft_wrap=True)
+_err = Console(stderr=True, soft_wrap=True)
+
+# -- options every command shares --------------------------------------------------
+
+RootArg = Annotated[str, typer.Argument(help="The store: a local directory or s3://bucket/prefix.", show_default=False)]
+EndpointOpt = Annotated[str | None, typer.Option("--endpoint-url", help="S3 endpoint URL (S3-compatible services).")]
+StorageOpts = Annotated[
+    list[str] | None,
+    typer.Option("--storage-option", "-o", help="KEY=VALUE for boto3's S3 client (repeatable); true/false are bools."),
+]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout instead of tables.")]
+ProgressOpt = Annotated[bool, typer.Option("--progress/--no-progress", help="Show progress bars on stderr.")]
+VersionOpt = Annotated[str | None, typer.Option("--version", "-v", help="A version number, tag or ISO time.")]
+
+
+def _options(endpoint_url: str | None, storage_option: list[str] | None) -> dict[str, Any] | None:
+    options: dict[str, Any] = {}
+    for item in storage_option or []:
+        name, separator, value = item.partition("=")
+        if not separator or not name:
+            raise InvalidArgumentError(f"--storage-option takes KEY=VALUE, got {item!r}")
+        options[name] = {"true": True, "false": False}.get(value.lower(), value)
+    if endpoint_url:
+        options["endpoint_url"] = endpoint_url
+    return options or None
+
+
+def _open(root: str, endpoint_url: str | None, storage_option: list[str] | None) -> litstore.Store:
+    return litstore.open(root, storage_options=_options(endpoint_url, storage_option))
+
+
+def version_ref(store: litstore.Store, text: str) -> VersionRef:
+    """What a ``VERSION`` argument means: a number, else a tag, else an ISO time (see the module docstring)."""
+    if re.fullmatch(r"\d+", text):
+        return int(text)
+    try:
+        when = datetime.fromisoformat(text)
+    except ValueError:
+        return text
+    return text if text in store.tags else when
+
+
+def _snapshot(store: litstore.Store, version: str | None) -> Snapshot:
+    return store.head() if version is None else store.at(version_ref(store, version))
+
+
+def _key(store: litstore.Store, text: str) -> Key:
+    if store.config.key_type == "int":
+        try:
+            return int(text)
+        except ValueError:
+            raise InvalidArgumentError(f"this store's keys are integers, got {text!r}") from None
+    return text
+
+
+# -- values: JSON and Parquet forms, and short summaries -------------------------------
+
+
+def _cell(value: Any, limit: int = 80) -> Text:
+    """A table cell: a string as it is, any other value as :func:`_summary` shows it."""
+    return Text(value if isinstance(value, str) else _summary(value, limit))
+
+
+def _summary(value: Any, limit: int = 80) -> str:
+    """A short readable form: bytes and arrays by size and type, long values cut."""
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        data = bytes(value)
+        return f"<{len(data)} bytes: {data[:8].hex()}{'…' if len(data) > 8 else ''}>"
+    if hasattr(value, "shape") and hasattr(value, "dtype"):
+        if tuple(value.shape) == ():  # a numpy scalar
+            return repr(value.item())
+        return f"<{type(value).__name__} {value.dtype} shape {tuple(value.shape)}>"
+    if isinstance(value, dict):
+        text = "{" + ", ".join(f"{k!r}: {_summary(v, limit)}" for k, v in value.items()) + "}"
+    elif isinstance(value, (list, tuple)):
+        text = "[" + ", ".join(_summary(v, limit) for v in value[:16]) + (", …" if len(value) > 16 else "") + "]"
+    else:
+        text = repr(value)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _print_json(document: Any) -> None:
+    sys.stdout.write(json.dumps(document, ensure_ascii=False) + "\n")
+
+
+def _time(when: datetime) -> str:
+    return when.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _version_doc(version: Version, tags: list[str]) -> dict[str, Any]:
+    return {
+        "number": version.number,
+        "created_at": version.created_at.isoformat(),
+        "operation": version.operation,
+        "added": version.added,
+        "replaced": version.replaced,
+        "removed": version.removed,
+        "counts": version.counts,
+        "records": version.total,
+        "fingerprint": version.fingerprint,
+        "message": version.message,
+        "metadata": version.metadata,
+        "tags": tags,
+    }
+
+
+def _tags_by_version(store: litstore.Store) -> dict[int, list[str]]:
+    found: dict[int, list[str]] = {}
+    for name, number in store.tags.items():
+        found.setdefault(number, []).append(name)
+    return found
+
+
+# -- commands -------------------------------------------------------------------------
+
+
+@app.command()
+def create(
+    root: RootArg,
+    key: Annotated[str, typer.Option(help="The record field that holds each record's key.")] = "id",
+    splits: Annotated[str | None, typer.Option(help="Hash split fractions, e.g. train=0.9,val=0.1.")] = None,
+    split_field: Annotated[str | None, typer.Option(help="Take each record's split from this field.")] = None,
+    split_names: Annotated[str | None, typer.Option(help="With --split-field: allowed names, e.g. a,b.")] = None,
+    key_type: Annotated[str, typer.Option(help="str or int.")] = "str",
+    chunk_bytes: Annotated[int, typer.Option(help="Target size of a chunk file.")] = 64 * 1024 * 1024,
+    endpoint_url: EndpointOpt = None,
+    storage_option: StorageOpts = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Create an empty store (version 0)."""
+    if splits is not None and split_field is not None:
+        raise InvalidArgumentError("give --splits or --split-field, not both")
+    rule: HashSplit | FieldSplit | None = None
+    if splits is not None:
+        rule = HashSplit(_fractions(splits))
+    elif split_field is not None:
+        names = {"names": tuple(split_names.split(","))} if split_names else {}
+        rule = FieldSplit(field=split_field, **names)
+    if key_type not in ("str", "int"):
+        raise InvalidArgumentError(f"--key-type must be str or int, got {key_type!r}")
+    store = litstore.Store.create(
+        root,
+        key=key,
+        splits=rule,
+        key_type=int if key_type == "int" else str,
+        chunk_bytes=chunk_bytes,
+        storage_options=_options(endpoint_url, storage_option),
+    )
+    if as_json:
+        _print_json({"root": store.root, "config": store.config.model_dump(mode="json")})
+    else:
+        _out.print(f"created {store.root}: key {key!r} ({store.config.key_type}), splits {', '.join(store.splits)}")
+
+
+def _fractions(text: str) -> dict[str, float]:
+    fractions: dict[str, float] = {}
+    for part in text.split(","):
+        name, separator, value = part.partition("=")
+        try:
+            fractions[name.strip()] = float(value)
+        except ValueError:
+            separator = ""
+        if not separator:
+            raise InvalidArgumentError(f"--splits takes NAME=FRACTION,... (e.g. train=0.9,val=0.1), got {text!r}")
+    return fractions
+
+
+@app.command()
+def log(
+    root: RootArg, endpoint_url: EndpointOpt = None, storage_option: StorageOpts = None, as_json: JsonOpt = False
+) -> None:
+    """List the versions, oldest first."""
+    store = _open(root, endpoint_url, storage_option)
+    tags = _tags_by_version(store)
+    versions = store.versions()
+    if as_json:
+        _print_json([_version_doc(version, tags.get(version.number, [])) for version in versions])
+        return
+    table = Table("version", "time (UTC)", "operation", "changes", "records", "message")
+    for column in table.columns[:5]:
+        column.no_wrap = True
+    for version in versions:
+        named = " ".join(f"({name})" for name in tags.get(version.number, []))
+        table.add_row(
+            f"{version.number} {named}".strip(),
+            _time(version.created_at),
+            version.operation,
+            f"+{version.added} ~{version.replaced} -{version.removed}",
+            str(version.total),
+            version.message or "",
+        )
+    _out.print(table)
+
+
+@app.command()
+def show(
+    root: RootArg,
+    version: Annotated[str | None, typer.Argument(help="A version number, tag or ISO time (default: latest).")] = None,
+    endpoint_url: EndpointOpt = None,
+    storage_option: StorageOpts = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Describe one version: records, chunks and bytes per split, fingerprint, message."""
+    store = _open(root, endpoint_url, storage_option)
+    snapshot = _snapshot(store, version)
+    info = snapshot.version
+    chunks = snapshot.chunks()
+    splits = {
+        split: {
+            "records": info.counts.get(split, 0),
+            "chunks": len(chunks.get(split, [])),
+            "bytes": sum(chunk.num_bytes for chunk in chunks.get(split, [])),
+        }
+        for split in sorted(set(info.counts) | set(chunks))
+    }
+    document = _version_doc(info, _tags_by_version(store).get(info.number, []))
+    document["splits"] = splits
+    if as_json:
+        _print_json(document)
+        return
+    tags = f" (tags: {', '.join(document['tags'])})" if document["tags"] else ""
+    _out.print(f"version {info.number}{tags}: {info.operation} at {_time(info.created_at)} UTC", markup=False)
+    _out.print(f"records {info.total}, fingerprint {info.fingerprint}", markup=False)
+    if info.message:
+        _out.print(f"message: {info.message}", markup=False)
+    if info.metadata:
+        _out.print(f"metadata: {json.dumps(info.metadata, ensure_ascii=False)}", markup=False)
+    table = Table("split", "records", "chunks", "bytes")
+    for split, entry in splits.items():
+        table.add_row(split, str(entry["records"]), str(entry["chunks"]), f"{entry['bytes']:,}")
+    _out.print(table)
+
+
+@app.command()
+def get(
+    root: RootArg,
+    key: Annotated[str, typer.Argument(help="The record's key.", show_default=False)],
+    version: VersionOpt = None,
+    endpoint_url: EndpointOpt = None,
+    storage_option: StorageOpts = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Print one record (JSON: bytes as {"$base64": ...}, arrays as lists)."""
+    store = _open(root, endpoint_url, storage_option)
+    record = _snapshot(store, version)[_key(store, key)]
+    if as_json:
+        _print_json(interchange.to_json(record))
+        return
+    table = Table("field", "value")
+    for name, value in record.items():
+        table.add_row(Text(str(name)), _cell(value, limit=200))
+    _out.print(table)
+
+
+@app.command()
+def diff(
+    root: RootArg,
+    old: Annotated[str, typer.Argument(help="The older version.", show_default=False)],
+    new: Annotated[str | None, typer.Argument(help="The newer version (default: latest).")] = None,
+    examples: Annotated[int, typer.Option(help="Example keys shown for each kind of change.")] = 5,
+    endpoint_url: EndpointOpt = None,
+    storage_option: StorageOpts = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """What changed between two versions: counts per split and example keys."""
+    store = _open(root, endpoint_url, storage_option)
+    found = store.diff(version_ref(store, old), None if new is None else version_ref(store, new))
+    if as_json:
+        document: dict[str, Any] = {"old": found.old, "new": found.new, "counts": found.counts}
+        document["splits"] = found.split_counts
+        document["examples"] = {
+            kind: table.column("key").slice(0, examples).to_pylist()
+            for kind, table in (("added", found.added), ("removed", found.removed), ("changed", found.changed))
+        }
+        _print_json(document)
+    else:
+        _out.print(found.summary(examples), markup=False)
+
+
+@app.command()
+def verify(
+    root: RootArg,
+    version: Annotated[str | None, typer.Argument(help="A version number, tag or ISO time (default: latest).")] = None,
+    expected_keys: Annotated[
+        Path | None, typer.Option(help="A file of the keys the version must hold exactly, one per line.")
+    ] = None,
+    progress: ProgressOpt = True,
+    endpoint_url: EndpointOpt = None,
+    storage_option: StorageOpts = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Check a version against its data; exit code 1 if anything is wrong."""
+    store = _open(root, endpoint_url, storage_option)
+    keys = None
+    if expected_keys is not None:
+        lines = _read_text(expected_keys).splitlines()
+        keys = [_key(store, line.strip()) for line in lines if line.strip()]
+    report = store.verify(None if version is None else version_ref(store, version), keys, progress=progress)
+    if as_json:
+        _print_json(
+            {
+                "ok": report.ok,
+                "version": report.version,
+                "records_checked": report.records_checked,
+                "chunks_checked": report.chunks_checked,
+                "fingerprint": report.fingerprint,
+                "problems": report.problems(),
+            }
+        )
+    else:
+        _out.print(report.summary(), markup=False, style=None if report.ok else "red")
+    if not report.ok:
+        raise typer.Exit(1)
+
+
+@app.command()
+def sql(
+    root: RootArg,
+    query: Annotated[str, typer.Argument(help="DuckDB SQL over the table `manifest`.", show_default=False)],
+    version: VersionOpt = None,
+    endpoint_url: EndpointOpt = None,
+    storage_option: StorageOpts = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Run DuckDB SQL over a version's manifest (one row per record: key, split, chunk, ...)."""
+    store = _open(root, endpoint_url, storage_option)
+    result = store.sql(query, None if version is None else version_ref(store, version))
+    rows = result.to_pylist()
+    if as_json:
+        _print_json(interchange.to_json(rows))
+        return
+    table = Table(*result.column_names)
+    for row in rows:
+        table.add_row(*(_cell(value) for value in row.values()))
+    _out.print(table)
+
+
+@app.command()
+def tag(
+    root: RootArg,
+    name: Annotated[str, typer.Argument(help="The tag name.", show_default=False)],
+    version: Annotated[str | None, typer.Argument(help="A version number, tag or ISO time (default: latest).")] = None,
+    move: Annotated[bool, typer.Option(help="Point an existing tag at another version.")] = False,
+    endpoint_url: EndpointOpt = None,
+    storage_option: StorageOpts = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Name a version."""
+    store = _open(root, endpoint_url, storage_option)
+    created = store.tags.create(name, None if version is None else version_ref(store, version), move=move)
+    if as_json:
+        _print_json({"name": created.name, "version": created.version})
+    else:
+        _out.print(f"tag {created.name} -> version {created.version}", markup=False)
+
+
+@app.command()
+def tags(
+    root: RootArg, endpoint_url: EndpointOpt = None, storage_option: StorageOpts = None, as_json: JsonOpt = False
+) -> None:
+    """List the tags."""
+    named = dict(_open(root, endpoint_url, storage_option).tags)
+    if as_json:
+        _print_json(named)
+        return
+    table = Table("tag", "version")
+    for name, number in named.items():
+        table.add_row(name, str(number))
+    _out.print(table)
+
+
+@app.command()
+def untag(
+    root: RootArg,
+    name: Annotated[str, typer.Argument(help="The tag to remove.", show_default=False)],
+    endpoint_url: EndpointOpt = None,
+    storage_option: StorageOpts = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Remove a tag (the version it named stays)."""
+    _open(root, endpoint_url, storage_option).tags.delete(name)
+    if as_json:
+        _print_json({"removed": name})
+    else:
+        _out.print(f"removed tag {name}", markup=False)
+
+
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhdw])")
+_UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
+
+
+def parse_age(text: str, option: str) -> timedelta | datetime:
+    """``30m``, ``12h``, ``7d``, ``2w`` (a duration) or an ISO time."""
+    match = _DURATION.fullmatch(text.strip())
+    if match:
+        return timedelta(**{_UNITS[match.group(2)]: float(match.group(1))})
+    try:
+        return datetime.fromisoformat(text)
+    except ValueError:
+        raise InvalidArgumentError(
+            f"{option} takes a duration like 30m, 12h, 7d, 2w or an ISO time, got {text!r}"
+        ) from None
+
+
+@app.command()
+def gc(
+    root: RootArg,
+    keep_last: Annotated[int | None, typer.Option(help="Keep the last N versions.")] = None,
+    older_than: Annotated[str | None, typer.Option(help="Expire versions older than this (7d, 12h, ISO time).")] = None,
+    grace: Annotated[str | None, typer.Option(help="Never remove unreferenced files younger than this (1h).")] = None,
+    yes: Annotated[bool, typer.Option("--yes", help="Really remove; without it, only show what would go.")] = False,
+    progress: ProgressOpt = True,
+    endpoint_url: EndpointOpt = None,
+    storage_option: StorageOpts = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Expire old versions and remove unreferenced files: a dry run unless --yes."""
+    store = _open(root, endpoint_url, storage_option)
+    window = None if grace is None else parse_age(grace, "--grace")
+    if isinstance(window, datetime):
+        raise InvalidArgumentError(f"--grace takes a duration like 1h, got {grace!r}")
+    report = store.gc(
+        keep_last,
+        None if older_than is None else parse_age(older_than, "--older-than"),
+        dry_run=not yes,
+        grace=window,
+        progress=progress,
+    )
+    if as_json:
+        _print_json(asdict(report))
+        return
+    _out.print(report.summary(), markup=False)
+    for path in report.removed_files:
+        _out.print(f"  {path}", markup=False)
+    if report.dry_run and (report.removed_files or report.expired_versions):
+        _out.print("dry run: nothing was removed; pass --yes to remove these", markup=False)
+
+
+@app.command()
+def compact(
+    root: RootArg,
+    min_fill: Annotated[float, typer.Option(help="Rewrite chunks smaller than this fraction of the target.")] = 0.5,
+    target_chunk_bytes: Annotated[int | None, typer.Option(help="Chunk size to aim for (default: the store's)")] = None,
+    message: Annotated[str | None, typer.Option(help="The new version's message.")] = None,
+    progress: ProgressOpt = True,
+    endpoint_url: EndpointOpt = None,
+    storage_option: StorageOpts = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Rewrite under-filled chunks into full ones, as a new version with the same records."""
+    store = _open(root, endpoint_url, storage_option)
+    before = store.version.number
+    chunks_before = sum(len(chunks) for chunks in store.chunks().values())
+    after = store.compact(target_chunk_bytes=target_chunk_bytes, min_fill=min_fill, message=message, progress=progress)
+    chunks_after = sum(len(chunks) for chunks in store.chunks().values())
+    if as_json:
+        _print_json(
+            {
+                "compacted": after.number != before,
+                "version": after.number,
+                "chunks_before": chunks_before,
+                "chunks_after": chunks_after,
+            }
+        )
+    elif after.number == before:
+        _out.print(f"nothing to compact: version {before} has {chunks_before} chunks", markup=False)
+    else:
+        _out.print(f"version {after.number}: {chunks_before} chunks -> {chunks_after}", markup=False)
+
+
+def _split_keys(snapshot: Snapshot, split: str | None) -> set[Key] | None:
+    """The keys of ``split`` in ``snapshot`` (``None``: every split)."""
+    if split is None:
+        return None
+    if split not in snapshot.splits:
+        raise litstore.SplitError(f"unknown split {split!r}; this store's splits are {snapshot.splits}")
+    manifest = snapshot.manifest()
+    splits = manifest.column("split").to_pylist()
+    return {key for key, where in zip(manifest.column("key").to_pylist(), splits) if where == split}
+
+
+@app.command("export")
+def export(
+    root: RootArg,
+    out: Annotated[Path, typer.Argument(help="OUT.jsonl or OUT.parquet.", show_default=False)],
+    version: VersionOpt = None,
+    split: Annotated[str | None, typer.Option(help="Only this split's records.")] = None,
+    progress: ProgressOpt = True,
+    endpoint_url: EndpointOpt = None,
+    storage_option: StorageOpts = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Write a version's records to JSONL (bytes as {"$base64": ...}) or Parquet (Snapshot.to_arrow's columns).
+
+    The file appears whole or not at all. JSONL streams; Parquet holds the version's
+    table in memory while it is written.
+    """
+    kind = interchange.file_kind(out)
+    store = _open(root, endpoint_url, storage_option)
+    snapshot = _snapshot(store, version)
+    keys = _split_keys(snapshot, split)
+    total = len(snapshot) if keys is None else len(keys)
+    partial = out.with_name(out.name + ".partial")
+    try:
+        if kind == "jsonl":
+            key_field = snapshot.config.key
+            records = (record for record in snapshot.values() if keys is None or record[key_field] in keys)
+            shown = tqdm(records, total=total, desc="exporting", unit="record", disable=not progress, file=sys.stderr)
+            interchange.write_jsonl(partial, shown)
+        else:
+            interchange.write_parquet(partial, snapshot, keys)
+        os.replace(partial, out)
+    except OSError as exc:
+        raise InvalidArgumentError(f"cannot write {out}: {exc.strerror or exc}") from None
+    finally:
+        partial.unlink(missing_ok=True)
+    if as_json:
+        _print_json({"path": str(out), "records": total, "version": snapshot.version.number})
+    else:
+        _out.print(f"wrote {total} records of version {snapshot.version.number} to {out}", markup=False)
+
+
+def _read_text(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InvalidArgumentError(f"cannot read {path}: {exc}") from None
+
+
+@app.command("import")
+def import_(
+    root: RootArg,
+    source: Annotated[Path, typer.Argument(help="SOURCE.jsonl or SOURCE.parquet.", show_default=False)],
+    upsert: Annotated[bool, typer.Option(help="Replace records whose keys exist (default: refuse them).")] = False,
+    message: Annotated[str | None, typer.Option(help="The new version's message.")] = None,
+    progress: ProgressOpt = True,
+    endpoint_url: EndpointOpt = None,
+    storage_option: StorageOpts = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Append (or upsert) the records of a JSONL or Parquet file as one new version."""
+    interchange.file_kind(source)
+    if not source.is_file():
+        raise InvalidArgumentError(f"cannot read {source}: no such file")
+    store = _open(root, endpoint_url, storage_option)
+    before = store.version.number
+    write = store.upsert if upsert else store.append
+    version = write(interchange.read_records(source), message=message, progress=progress)
+    if as_json:
+        _print_json(_version_doc(version, []) | {"committed": version.number != before})
+    elif version.number == before:
+        _out.print(f"nothing to commit: version {before} already holds these records", markup=False)
+    else:
+        _out.print(
+            f"version {version.number}: +{version.added} ~{version.replaced} -{version.removed}, "
+            f"{version.total} records",
+            markup=False,
+        )
+
+
+if hasattr(litstore.Store, "audit"):  # another part of litstore may add Store.audit
+
+    @app.command()
+    def audit(
+        root: RootArg, endpoint_url: EndpointOpt = None, storage_option: StorageOpts = None, as_json: JsonOpt = False
+    ) -> None:
+        """Audit the store (see Store.audit); exit code 1 if anything is wrong."""
+        report = _open(root, endpoint_url, storage_option).audit()  # type: ignore[attr-defined]
+        ok = bool(getattr(report, "ok", True))
+        if as_json:
+            _print_json({"ok": ok, "summary": str(report)})
+        else:
+            _out.print(str(report), markup=False, style=None if ok else "red")
+        if not ok:
+            raise typer.Exit(1)
+
+
+def _one_line(error: BaseException) -> str:
+    return "; ".join(line.strip() for line in str(error).splitlines() if line.strip()) or type(error).__name__
+
+
+def main(argv: Iterable[str] | None = None) -> None:
+    """Run the command line (the ``litstore`` console script); exits with 0, 1 (verify failed) or 2 (error)."""
+    try:
+        app(args=None if argv is None else list(argv), prog_name="litstore")
+    except LitstoreError as exc:
+        _err.print(Text(f"litstore: error: {_one_line(exc)}", style="red"))
+        sys.exit(2)

@@ -1,0 +1,79 @@
+"""The records of a local chunk, decoded a whole chunk at a time: the streaming fast path.
+
+litdata's reader hands a dataset one item at a time, through several layers of
+Python per item (reader, item loader, batch deserializer), and then litstore decodes
+and checks it. For a chunk on the local disk, :class:`DecodedChunk` does the same
+work once per chunk instead: it maps the file, checks every item against its
+committed content hash, and decodes all items in one MessagePack pass, so serving an
+item is a list lookup. Streaming visits a chunk's items together (litdata shuffles
+chunks, then items within a chunk), so one decoded chunk per process is enough.
+
+A damaged item does not stop the others: its check fails when it is asked for (or,
+unchecked, it is decoded on its own), exactly as on the per-item path.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import stat
+from typing import Any
+
+import numpy as np
+
+from litstore._litdata import chunk as chunk_layout
+from litstore.errors import IntegrityError, UnsafePathError
+from litstore.format import codec, hashing
+
+
+class DecodedChunk:
+    """Every item of one chunk file, checked (if ``expected`` is given) and decoded.
+
+    Args:
+        path: the chunk file on the local disk.
+        name: the chunk's name, for error messages.
+        expected: the committed content hashes of its items, 16 bytes each, in row order;
+            ``None`` to skip the check.
+    """
+
+    def __init__(self, path: str, name: str, expected: bytes | memoryview | None) -> None:
+        self.name = name
+        descriptor = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        try:
+            info = os.fstat(descriptor)
+            if not stat.S_ISREG(info.st_mode):
+                raise UnsafePathError(f"chunk {name} is not a regular file; refused")
+            data: mmap.mmap | bytes = mmap.mmap(descriptor, 0, access=mmap.ACCESS_READ) if info.st_size else b""
+        finally:
+            os.close(descriptor)
+        offsets = chunk_layout.item_offsets(data, name)
+        view = memoryview(data)
+        starts, ends = chunk_layout.payload_bounds(offsets, np.arange(len(offsets) - 1))
+        self._bounds = list(zip(starts.tolist(), ends.tolist(), strict=True))
+        self._view = view
+        self.damaged: set[int] = set()
+        if expected is not None:
+            if len(expected) != 16 * len(self._bounds):
+                committed = len(expected) // 16
+                raise IntegrityError(f"chunk {name} holds {len(self._bounds)} items; {committed} were committed")
+            digest = hashing.content_hash
+            self.damaged = {
+                row
+                for row, (start, end) in enumerate(self._bounds)
+                if digest(view[start:end]) != expected[16 * row : 16 * row + 16]
+            }
+        self._records = codec.decode_framed(view, offsets, aligned=expected is not None and not self.damaged)
+
+    def __len__(self) -> int:
+        return len(self._bounds)
+
+    def payload(self, row: int) -> memoryview:
+        """The stored bytes of item ``row``."""
+        start, end = self._bounds[row]
+        return self._view[start:end]
+
+    def record(self, row: int) -> Any:
+        """The decoded record of item ``row`` (the caller checked ``damaged`` first, if it checks)."""
+        if self._records is not None:
+            return self._records[row]
+        return codec.decode(self.payload(row), f"chunk {self.name} row {row}")

@@ -1,0 +1,126 @@
+"""Declaring more fields on a store: a version whose manifest gains typed columns.
+
+:func:`add_fields` reads each new field's value from every record of the head and
+commits a version with the same records, chunks, counts and fingerprint, whose
+manifest (written whole, as a checkpoint, so no older delta is ever read with the
+new columns) carries the new columns and whose commit record lists the full
+declared set. Older versions keep the fields they had.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from litstore.errors import SHOWN_CULPRITS, ConflictError, InvalidArgumentError, SchemaError
+from litstore.format import fields as field_format
+from litstore.format import layout
+from litstore.format import manifest as manifest_format
+from litstore.format.models import Version, declared_fields
+from litstore.txn.commit import catch_up, put_commit_record
+
+if TYPE_CHECKING:
+    from litstore.snapshot import Snapshot
+
+_MAX_ATTEMPTS = 20
+
+
+def add_fields(
+    head: Snapshot, new: dict[str, str], message: str | None = None, metadata: dict[str, Any] | None = None
+) -> Snapshot:
+    """Commit a version of ``head``'s records whose manifest also carries the ``new`` declared fields.
+
+    Raises:
+        InvalidArgumentError: a field is declared already.
+        SchemaError: some records lack a valid value of a new field (the error names
+            them); nothing was committed.
+        ConflictError: other writers kept committing first.
+    """
+    for _ in range(_MAX_ATTEMPTS):
+        declared = declared_fields(head.config, head.version)
+        again = sorted(set(new) & set(declared))
+        if again:
+            raise InvalidArgumentError(f"fields {again} are declared already (as {[declared[n] for n in again]})")
+        every = {**declared, **new}
+        full = head.manifest()
+        for name, values in _values(head, new).items():
+            full = full.append_column(name, values)
+        full = full.cast(manifest_format.schema(head.config.key_type, every))
+        version, written = _write(head, full, every, message, metadata)
+        # UncertainCommitError propagates with the files kept: the record may name them.
+        if put_commit_record(head, version):
+            return head.successor(version, head.chunks(), head.built_index)
+        for path in written:
+            head.storage.delete(path)
+        head = catch_up(head)[0]
+    raise ConflictError(f"gave up after {_MAX_ATTEMPTS} attempts to add fields; nothing was committed")
+
+
+def _values(head: Snapshot, new: dict[str, str]) -> dict[str, pa.Array]:
+    """Each new field's value of every record of ``head``, in manifest order."""
+    found: dict[Any, list[Any]] = {}
+    problems: list[tuple[Any, str]] = []
+    for key, record in head.items():
+        row = []
+        for name, type_name in new.items():
+            value, reason = field_format.check_value(record.get(name), type_name)
+            if reason is not None:
+                if name not in record and not type_name.endswith("?"):
+                    reason = "missing, and the field is not Optional"
+                problems.append((key, f"declared field {name!r}: {reason}"))
+                break
+            row.append(value)
+        else:
+            found[key] = row
+    keys = head.manifest().column("key").to_pylist()
+    if problems:
+        position = {key: number for number, key in enumerate(keys)}
+        shown = "; ".join(f"key {key!r}: {detail}" for key, detail in problems[:SHOWN_CULPRITS])
+        more = f"; and {len(problems) - SHOWN_CULPRITS} more" if len(problems) > SHOWN_CULPRITS else ""
+        noun = "record" if len(problems) == 1 else "records"
+        raise SchemaError(
+            f"cannot add fields {list(new)}: {len(problems)} {noun} of version {head.version.number} do not fit: "
+            f"{shown}{more}; nothing was committed",
+            [(position.get(key, -1), key) for key, _ in problems],
+        )
+    rows = [found[key] for key in keys]
+    return {
+        name: pa.array([row[column] for row in rows], field_format.arrow_type(type_name))
+        for column, (name, type_name) in enumerate(new.items())
+    }
+
+
+def _write(
+    head: Snapshot, full: pa.Table, fields: dict[str, str], message: str | None, metadata: dict[str, Any] | None
+) -> tuple[Version, list[str]]:
+    """The new version's files (checkpoint, split indexes as the parent's) and its commit record, not yet created."""
+    storage, parent = head.storage, head.version
+    number = parent.number + 1
+    transaction = layout.new_transaction()
+    written: list[str] = []
+    checkpoint = layout.manifest_checkpoint(number, transaction)
+    storage.write(checkpoint, manifest_format.to_parquet(full))
+    written.append(checkpoint)
+    indexes: dict[str, str] = {}
+    for split, path in parent.indexes.items():
+        indexes[split] = layout.split_index(number, transaction, split)
+        storage.write(indexes[split], storage.read(path))
+        written.append(indexes[split])
+    version = Version(
+        number=number,
+        parent=parent.number,
+        operation="add_fields",
+        created_at=datetime.now(UTC),
+        counts=dict(parent.counts),
+        fingerprint=parent.fingerprint,
+        transaction=transaction,
+        checkpoint=checkpoint,
+        pending_rows=0,
+        indexes=indexes,
+        message=message,
+        metadata=metadata or {},
+        fields=fields,
+    )
+    return version, written

@@ -1,0 +1,287 @@
+"""The ``litstore`` command line, run for real: ``python -m litstore`` in a subprocess.
+
+Every command runs against a store in a real directory and against S3 (moto's server on
+loopback, ``tests/s3_server.py``). The tests read what a script would read (``--json``
+on stdout, the exit code) and check it against the store through the public API:
+
+- a JSONL file imported and exported again comes back equal, bytes included;
+- ``verify`` exits 0 on a sound store and 1 once a chunk byte is flipped;
+- ``gc`` without ``--yes`` removes nothing, with ``--yes`` removes what it listed;
+- a user error exits 2 with one line on stderr and no traceback;
+- the ``litstore`` console script is installed, and ``import litstore`` never loads typer or rich.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pyarrow.parquet as pq
+import pytest
+
+import litstore
+from litstore.cli import interchange
+
+pytest_plugins = ["tests.s3_server"]
+pytestmark = pytest.mark.integration
+
+Record = dict[str, Any]
+
+
+def _record(i: int, label: int = 0) -> Record:
+    return {
+        "id": f"k{i:03d}",
+        "label": label,
+        "score": i / 4,
+        "text": f"ünïcode {i}",
+        "blob": bytes([i % 256]) * (i % 7),
+        "tags": ["a", str(i)],
+        "meta": {"ok": i % 2 == 0, "note": None},
+        "part": "val" if i % 4 == 0 else "train",
+    }
+
+
+def _json_line(record: Record) -> str:
+    """A record as ``litstore import`` reads it: bytes as ``{"$base64": ...}``."""
+    return json.dumps(interchange.to_json(record), ensure_ascii=False)
+
+
+def _write_jsonl(path: Path, records: list[Record]) -> Path:
+    path.write_text("".join(_json_line(record) + "\n" for record in records), encoding="utf-8")
+    return path
+
+
+def _read_jsonl(path: Path) -> dict[str, Record]:
+    records = [json.loads(line, object_hook=interchange.json_to_bytes) for line in path.read_text().splitlines()]
+    return {record["id"]: record for record in records}
+
+
+def cli(*args: str, code: int = 0) -> subprocess.CompletedProcess[str]:
+    """Run ``python -m litstore ARGS``; check its exit code and that it printed no traceback."""
+    result = subprocess.run(
+        [sys.executable, "-m", "litstore", *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "COLUMNS": "120"},
+        check=False,
+    )
+    assert result.returncode == code, f"exit {result.returncode}\n{result.stdout}\n{result.stderr}"
+    assert "Traceback" not in result.stderr, result.stderr
+    return result
+
+
+def cli_json(*args: str, code: int = 0) -> Any:
+    return json.loads(cli(*args, "--json", code=code).stdout)
+
+
+def _error_line(result: subprocess.CompletedProcess[str]) -> str:
+    """The one error line on stderr (progress bars may come before it); nothing on stdout."""
+    errors = [line for line in result.stderr.splitlines() if line.startswith("litstore: error: ")]
+    assert len(errors) == 1 and result.stderr.rstrip().endswith(errors[0]), result.stderr
+    assert not result.stdout, result.stdout
+    return errors[0]
+
+
+# -- packaging ------------------------------------------------------------------------
+
+
+def test_console_script_is_installed_and_import_litstore_stays_light() -> None:
+    loaded = subprocess.run(
+        [sys.executable, "-c", "import sys, litstore; print(sorted({'typer', 'rich'} & set(sys.modules)))"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert loaded.stdout.strip() == "[]"
+    bin_dir = Path(sys.executable).parent
+    script = shutil.which("litstore", path=str(bin_dir))
+    if script is None:
+        pytest.skip(f"no litstore console script in {bin_dir}: run `pip install -e .` to install it")
+    result = subprocess.run([script, "--help"], capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stderr
+    assert "verify" in result.stdout and "export" in result.stdout
+
+
+# -- a local store, every command -----------------------------------------------------------
+
+
+def test_local_store_end_to_end(tmp_path: Path) -> None:
+    root = str(tmp_path / "store")
+    first = [_record(i) for i in range(40)]
+    updates = [_record(i, label=9) for i in range(35, 45)]  # 5 replaced, 5 added
+    source = _write_jsonl(tmp_path / "in.jsonl", first)
+
+    assert "created" in cli("create", root, "--splits", "train=0.75,val=0.25", "--chunk-bytes", "1024").stdout
+    assert "version 1: +40" in cli("import", root, source, "--message", "first").stdout
+    done = cli_json("import", root, _write_jsonl(tmp_path / "up.jsonl", updates), "--upsert", "--no-progress")
+    assert done["committed"] and (done["number"], done["added"], done["replaced"]) == (2, 5, 5)
+
+    history = cli_json("log", root)
+    assert [(v["number"], v["operation"], v["message"]) for v in history] == [
+        (0, "create", None),
+        (1, "append", "first"),
+        (2, "upsert", None),
+    ]
+    assert "first" in cli("log", root).stdout
+
+    store = litstore.open(root)
+    shown = cli_json("show", root, "1")
+    assert shown["records"] == 40 and shown["fingerprint"] == store.at(1).version.fingerprint
+    chunks = store.at(1).chunks()
+    assert shown["splits"] == {
+        split: {
+            "records": store.at(1).version.counts[split],
+            "chunks": len(chunks[split]),
+            "bytes": sum(chunk.num_bytes for chunk in chunks[split]),
+        }
+        for split in ("train", "val")
+    }
+    assert "fingerprint" in cli("show", root).stdout
+
+    assert cli_json("get", root, "k036") == interchange.to_json(_record(36, label=9))
+    assert cli_json("get", root, "k036", "--version", "1") == interchange.to_json(_record(36))
+    assert "<1 bytes: 24>" in cli("get", root, "k036").stdout  # bytes summarised, not dumped
+
+    changes = cli_json("diff", root, "1", "2")
+    assert changes["counts"] == {"added": 5, "removed": 0, "changed": 5}
+    assert set(changes["examples"]["added"]) == {f"k{i:03d}" for i in range(40, 45)}
+    assert "+5 added" in cli("diff", root, "1").stdout
+
+    rows = cli_json("sql", root, "SELECT split, count(*) AS n FROM manifest GROUP BY split ORDER BY split")
+    assert {row["split"]: row["n"] for row in rows} == store.version.counts
+    assert cli_json("sql", root, "SELECT count(*) AS n FROM manifest", "--version", "1") == [{"n": 40}]
+
+    cli("tag", root, "release-1", "1")
+    assert cli_json("tags", root) == {"release-1": 1}
+    assert cli_json("show", root, "release-1")["number"] == 1
+    assert "already names version 1" in _error_line(cli("tag", root, "release-1", "2", code=2))
+    cli("tag", root, "release-1", "2", "--move")
+    assert cli_json("tags", root) == {"release-1": 2}
+    cli("untag", root, "release-1")
+    assert cli_json("tags", root) == {}
+    assert cli_json("show", root, history[1]["created_at"])["number"] == 1  # an ISO time: the version current then
+
+    assert "OK" in cli("verify", root).stdout
+    expected = tmp_path / "keys.txt"
+    expected.write_text("\n".join(f"k{i:03d}" for i in range(44)))  # k044 missing from the list
+    report = cli_json("verify", root, "--expected-keys", expected, code=1)
+    assert not report["ok"] and any("unexpected keys" in line for line in report["problems"])
+
+    exported = tmp_path / "v1.jsonl"
+    cli("export", root, exported, "--version", "1")
+    assert _read_jsonl(exported) == _read_jsonl(source)  # the round trip gives back the input
+    cli("export", root, tmp_path / "val.parquet", "--split", "val")
+    val_keys = {row["key"] for row in store.manifest().to_pylist() if row["split"] == "val"}
+    table = pq.read_table(tmp_path / "val.parquet").to_pylist()
+    assert {row["id"] for row in table} == val_keys
+    assert all(row == store[row["id"]] for row in table)  # bytes stay binary in Parquet
+    copy = str(tmp_path / "copy")
+    cli("create", copy)
+    cli("import", copy, tmp_path / "val.parquet", "--no-progress")
+    assert dict(litstore.open(copy).items()) == {key: store[key] for key in val_keys}
+
+
+def test_gc_is_a_dry_run_without_yes(tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    cli("create", root, "--chunk-bytes", "1024")
+    cli("import", root, _write_jsonl(tmp_path / "a.jsonl", [_record(i) for i in range(20)]), "--no-progress")
+    upsert = _write_jsonl(tmp_path / "b.jsonl", [_record(i, label=1) for i in range(20)])
+    cli("import", root, upsert, "--upsert", "--no-progress")
+    before = sorted(str(path) for path in root.rglob("*"))
+
+    planned = cli_json("gc", root, "--keep-last", "1", "--grace", "0s")
+    assert planned["dry_run"] and planned["expired_versions"] == [0, 1] and planned["removed_files"]
+    assert "pass --yes" in cli("gc", root, "--keep-last", "1", "--grace", "0s").stdout
+    assert sorted(str(path) for path in root.rglob("*")) == before
+    assert [v["number"] for v in cli_json("log", root)] == [0, 1, 2]
+
+    done = cli_json("gc", root, "--keep-last", "1", "--grace", "0s", "--yes")
+    assert not done["dry_run"] and done["removed_files"] == planned["removed_files"]
+    assert not any((root / name).exists() for name in done["removed_files"])
+    assert [v["number"] for v in cli_json("log", root)] == [2]
+    cli("verify", root, "--no-progress")
+
+
+def test_compact_merges_chunks_and_keeps_every_record(tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    cli("create", root, "--chunk-bytes", "1024")
+    records = [_record(i) for i in range(30)]
+    cli("import", root, _write_jsonl(tmp_path / "in.jsonl", records), "--no-progress")  # many 1 KiB chunks
+    result = cli_json("compact", root, "--target-chunk-bytes", "100000", "--no-progress")
+    assert result["compacted"] and result["chunks_after"] < result["chunks_before"]
+    assert cli_json("compact", root, "--target-chunk-bytes", "100000")["compacted"] is False
+    cli("verify", root, "--no-progress")
+    cli("export", root, tmp_path / "out.jsonl")
+    assert _read_jsonl(tmp_path / "out.jsonl") == {record["id"]: record for record in records}
+
+
+def test_verify_exits_1_when_a_chunk_byte_is_flipped(tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    cli("create", root)
+    cli("import", root, _write_jsonl(tmp_path / "in.jsonl", [_record(i) for i in range(10)]), "--no-progress")
+    chunk = root / litstore.open(root).chunks()["train"][0].filename
+    data = bytearray(chunk.read_bytes())
+    data[-1] ^= 0xFF
+    chunk.write_bytes(bytes(data))
+    assert "FAILED" in cli("verify", root, "--no-progress", code=1).stdout
+    assert cli_json("verify", root, "--no-progress", code=1)["ok"] is False
+
+
+def test_user_errors_exit_2_with_one_line(tmp_path: Path) -> None:
+    missing = tmp_path / "nowhere"
+    assert str(missing) in _error_line(cli("log", missing, code=2))
+    root = tmp_path / "store"
+    cli("create", root, "--key-type", "int")
+    assert "already holds a store" in _error_line(cli("create", root, code=2))
+    assert "integers" in _error_line(cli("get", root, "abc", code=2))
+    assert "is not in version 0" in _error_line(cli("get", root, "7", code=2))
+    assert "does not exist" in _error_line(cli("show", root, "9", code=2))
+    assert ".jsonl or .parquet" in _error_line(cli("export", root, tmp_path / "out.csv", code=2))
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"id": 1}\nnot json\n')
+    assert "line 2" in _error_line(cli("import", root, bad, code=2))
+    assert [v["number"] for v in cli_json("log", root)] == [0]  # nothing was committed
+    assert "duration" in _error_line(cli("gc", root, "--older-than", "soon", code=2))
+
+
+# -- S3 ----------------------------------------------------------------------------------
+
+
+def test_s3_store_end_to_end(s3_endpoint: str, s3_bucket: str, tmp_path: Path) -> None:
+    url = f"s3://{s3_bucket}/cli"
+    endpoint = ("--endpoint-url", s3_endpoint)
+    records = [_record(i) for i in range(20)]
+    source = _write_jsonl(tmp_path / "in.jsonl", records)
+
+    cli("create", url, *endpoint, "--split-field", "part", "--split-names", "train,val", "--chunk-bytes", "1024")
+    cli("import", url, source, *endpoint, "--no-progress")
+    assert [v["operation"] for v in cli_json("log", url, "--storage-option", f"endpoint_url={s3_endpoint}")] == [
+        "create",
+        "append",
+    ]
+    assert cli_json("get", url, "k003", *endpoint) == interchange.to_json(records[3])
+    assert cli_json("sql", url, "SELECT count(*) AS n FROM manifest", *endpoint) == [{"n": 20}]
+    cli("tag", url, "v1", *endpoint)
+    assert cli_json("tags", url, *endpoint) == {"v1": 1}
+    assert cli_json("diff", url, "0", "v1", *endpoint)["counts"]["added"] == 20
+    cli("export", url, tmp_path / "out.jsonl", *endpoint)
+    assert _read_jsonl(tmp_path / "out.jsonl") == _read_jsonl(source)
+    assert cli_json("gc", url, "--keep-last", "1", *endpoint)["dry_run"] is True
+    cli("verify", url, *endpoint, "--no-progress")
+
+    store = litstore.open(url, storage_options={"endpoint_url": s3_endpoint})
+    name = f"cli/{store.chunks()['val'][0].filename}"
+    client = boto3.client("s3", endpoint_url=s3_endpoint)
+    data = bytearray(client.get_object(Bucket=s3_bucket, Key=name)["Body"].read())
+    data[-1] ^= 0xFF
+    client.put_object(Bucket=s3_bucket, Key=name, Body=bytes(data))
+    assert cli_json("verify", url, *endpoint, "--no-progress", code=1)["ok"] is False
+
+    assert "no litstore store" in _error_line(cli("log", f"s3://{s3_bucket}/elsewhere", *endpoint, code=2))
