@@ -38,7 +38,8 @@ from litstore.ops.diff import Diff
 from litstore.ops.gc import GCReport
 from litstore.ops.verify import VerifyReport
 from litstore.snapshot import Snapshot
-from litstore.store import Store, Tags, open  # noqa: A004  (litstore.open is the API)
+from litstore.store import Store, open  # noqa: A004  (litstore.open is the API)
+from litstore.tags import Tags
 from litstore.txn import StagedFragment
 
 __version__ = "0.1.0"

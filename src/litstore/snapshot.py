@@ -173,10 +173,15 @@ class Snapshot:
         Keys that are missing raise :class:`KeyNotFoundError` naming them, unless a
         ``default`` is given to stand in for them.
         """
-        keys = [hashing.normalize_key(key) for key in keys]  # type: ignore[misc]
+        keys = list(keys)
         index = self._key_index()
         key_field = self._config.key
-        if self._config.key_type == "str":  # the common case, without a method call per key
+        plain = self._config.key_type == "str" and set(map(type, keys)) <= {str}
+        if not plain:
+            keys = [hashing.normalize_key(key) for key in keys]  # type: ignore[misc]
+        if plain:  # the common case: every key is a str, nothing to check one by one
+            valid = np.ones(len(keys), dtype=bool)
+        elif self._config.key_type == "str":
             valid = np.fromiter((isinstance(key, str) for key in keys), dtype=bool, count=len(keys))
         else:
             valid = np.fromiter(
@@ -310,7 +315,7 @@ class Snapshot:
         from litstore.ops import verify
 
         # Read everything from storage again: verify must not trust what is in memory.
-        listed = log.compose_manifest(self._storage, self._config, self._version.number)
+        listed = log.compose_manifest(self._storage, self._config, self._version.number, check_keys=False)
         chunks = log.read_chunks(self._storage, self._version)
         return verify.verify(self._storage, self._config, self._version, listed, chunks, expected_keys, progress)
 

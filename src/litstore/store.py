@@ -12,13 +12,12 @@ thread-safe; give each thread or process its own.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal
 
 import pyarrow as pa
 import pydantic
-from pydantic.errors import PydanticUserError
 
 from litstore import txn
 from litstore._litdata.index import ChunkInfo
@@ -28,23 +27,21 @@ from litstore.errors import (
     SchemaError,
     StoreExistsError,
     StoreNotFoundError,
-    TagError,
     UncertainCommitError,
-    VersionNotFoundError,
 )
+from litstore.format import config as config_format
 from litstore.format import hashing, layout
 from litstore.format.models import (
     FieldSplit,
     HashSplit,
-    SchemaRef,
     SplitRule,
     StoreConfig,
     Tag,
     Version,
-    check_tag_name,
 )
 from litstore.snapshot import Key, Record, Snapshot, VersionRef
 from litstore.storage import Storage, open_storage
+from litstore.tags import Tags
 from litstore.txn import log
 
 if TYPE_CHECKING:
@@ -62,72 +59,6 @@ Root = str | os.PathLike[str]
 #: Writes encode and sort records in runs of chunk_bytes of payload, and at least this many.
 _MIN_RUN_BYTES = 8 * 1024 * 1024
 
-#: An empty fingerprint (the sum over no records).
-_EMPTY_FINGERPRINT = hashing.fingerprint_hex(0)
-
-
-class Tags(Mapping[str, int]):
-    """The store's tags: a read-only mapping of name to version number, plus ways to change it.
-
-    ``store.tags["release-1"]``, ``dict(store.tags)``, ``store.tags.create(...)``,
-    ``store.tags.delete(...)``. A tag never moves silently.
-    """
-
-    def __init__(self, store: Store) -> None:
-        self._store = store
-
-    def __getitem__(self, name: str) -> int:
-        try:
-            return log.read_tag(self._store.storage, name).version
-        except VersionNotFoundError as exc:
-            raise KeyError(name) from exc
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(sorted(log.tag_names(self._store.storage)))
-
-    def __len__(self) -> int:
-        return len(log.tag_names(self._store.storage))
-
-    def __repr__(self) -> str:
-        return f"Tags({dict(self)!r})"
-
-    def create(self, name: str, version: VersionRef | None = None, *, move: bool = False) -> Tag:
-        """Name ``version`` (default: the latest) ``name``; ``store.at(name)`` then reads it.
-
-        Tagging an existing name with another version raises unless ``move=True``.
-
-        Raises:
-            TagError: the name is invalid, or it names another version and ``move`` is false.
-            VersionNotFoundError: no such version.
-        """
-        try:
-            check_tag_name(name)
-        except ValueError as exc:
-            raise TagError(str(exc)) from exc
-        storage = self._store.storage
-        number = self._store.head().version.number if version is None else self._store.head().resolve(version)
-        tag = Tag(name=name, version=number, created_at=datetime.now(UTC))
-        data = tag.model_dump_json(indent=1).encode()
-        if storage.put_if_absent(layout.tag(name), data):
-            return tag
-        current = log.read_tag(storage, name)
-        if current.version == number:
-            return current
-        if not move:
-            raise TagError(
-                f"tag {name!r} already names version {current.version}; pass move=True to point it at {number}"
-            )
-        storage.write(layout.tag(name), data)
-        return tag
-
-    def delete(self, name: str) -> None:
-        """Remove tag ``name`` (the version it named stays).
-
-        Raises:
-            VersionNotFoundError: there is no such tag.
-        """
-        log.read_tag(self._store.storage, name)
-        self._store.storage.delete(layout.tag(name))
 
 
 class Store:
@@ -209,16 +140,16 @@ class Store:
                 rule = splits
             config = StoreConfig(
                 key=key,
-                key_type=_resolve_key_type(key, key_type, schema),
+                key_type=config_format.resolve_key_type(key, key_type, schema),
                 splits=rule,
-                record_schema=_schema_ref(schema) if schema is not None else None,
-                fields=_declared(key, schema, fields),
+                record_schema=config_format.schema_ref(schema) if schema is not None else None,
+                fields=config_format.declared_fields(key, schema, fields),
                 chunk_bytes=chunk_bytes,
                 checkpoint_interval=checkpoint_interval,
                 created_at=datetime.now(UTC),
             )
         except pydantic.ValidationError as exc:
-            raise InvalidArgumentError(f"cannot create a store: {_first_error(exc)}") from None
+            raise InvalidArgumentError(f"cannot create a store: {config_format.first_error(exc)}") from None
         storage = open_storage(root, storage_options)
         if storage.exists(layout.CONFIG) or log.version_numbers(storage):
             raise StoreExistsError(f"{storage.url} already holds a store; open it with litstore.open()")
@@ -230,7 +161,7 @@ class Store:
             )
         if not storage.put_if_absent(layout.CONFIG, config.model_dump_json(indent=1).encode()):
             raise StoreExistsError(f"{storage.url} already holds a store; open it with litstore.open()")
-        version = _initial_version(config)
+        version = config_format.initial_version(config)
         storage.put_if_absent(layout.version_record(0), version.model_dump_json(indent=1).encode())
         return cls(Snapshot(storage, config, version, schema))
 
@@ -260,10 +191,12 @@ class Store:
             config = log.read_config(storage)
         except MissingFileError:
             raise StoreNotFoundError(f"no litstore store at {storage.url} (no {layout.CONFIG})") from None
-        _check_schema(config, schema)
+        config_format.check_schema(config, schema)
         numbers = log.version_numbers(storage)
         if not numbers:  # a creator died between writing the config and version 0
-            storage.put_if_absent(layout.version_record(0), _initial_version(config).model_dump_json().encode())
+            storage.put_if_absent(
+                layout.version_record(0), config_format.initial_version(config).model_dump_json().encode()
+            )
             numbers = [0]
         return cls(Snapshot(storage, config, log.read_version(storage, numbers[-1]), schema))
 
@@ -717,62 +650,3 @@ def open(  # noqa: A001
 
 def _is_dir(storage: Storage) -> bool:
     return storage.local_path(layout.CONFIG) is not None
-
-
-def _initial_version(config: StoreConfig) -> Version:
-    return Version(
-        number=0,
-        parent=None,
-        operation="create",
-        created_at=config.created_at,
-        counts={name: 0 for name in config.splits.names},
-        fingerprint=_EMPTY_FINGERPRINT,
-    )
-
-
-def _declared(key: str, schema: type[pydantic.BaseModel] | None, fields: dict[str, Any] | None) -> dict[str, str]:
-    """The declared fields of a new store: the schema's scalar fields, then ``fields``."""
-    from litstore.format import fields as field_format
-
-    declared = field_format.from_model(schema, key) if schema is not None else {}
-    declared.update(field_format.declare(fields, key) if fields is not None else {})
-    return declared
-
-
-def _resolve_key_type(
-    key: str, key_type: type | None, schema: type[pydantic.BaseModel] | None
-) -> Literal["str", "int"]:
-    if key_type is None and schema is not None and key in schema.model_fields:
-        key_type = int if schema.model_fields[key].annotation is int else str
-    if key_type in (None, str, "str"):
-        return "str"
-    if key_type in (int, "int"):
-        return "int"
-    raise InvalidArgumentError(f"key_type must be str or int, got {key_type!r}")
-
-
-def _schema_ref(schema: type[pydantic.BaseModel]) -> SchemaRef:
-    try:
-        json_schema = schema.model_json_schema()
-    except PydanticUserError:
-        json_schema = {}
-    return SchemaRef(qualname=f"{schema.__module__}:{schema.__qualname__}", json_schema=json_schema)
-
-
-def _check_schema(config: StoreConfig, schema: type[pydantic.BaseModel] | None) -> None:
-    """Refuse a ``schema`` that is not the one the store records (never import one by name)."""
-    declared = config.record_schema
-    if schema is None:
-        return
-    if declared is None:
-        raise SchemaError(f"this store declares no schema; open it without schema= (got {schema.__qualname__})")
-    if _schema_ref(schema).json_schema != declared.json_schema:
-        raise SchemaError(
-            f"{schema.__qualname__} does not match the schema this store was created with ({declared.qualname})"
-        )
-
-
-def _first_error(exc: pydantic.ValidationError) -> str:
-    error = exc.errors()[0]
-    where = ".".join(str(part) for part in error["loc"]) or "argument"
-    return f"{where}: {error['msg']}"

@@ -60,6 +60,11 @@ def key_hash(key: str | int) -> int:
 def key_hashes(keys: Iterable[str | int]) -> np.ndarray:
     """``key_hash`` of each key, as a uint64 array."""
     digest = xxhash.xxh3_64_intdigest
+    if isinstance(keys, list) and set(map(type, keys)) <= {str}:
+        try:  # the common case in C loops: valid UTF-8 str keys
+            return np.fromiter(map(digest, map(str.encode, keys)), dtype=np.uint64, count=len(keys))
+        except UnicodeEncodeError:
+            pass  # a lone surrogate: encoded with surrogatepass below
     return np.fromiter(
         (digest(key.encode("utf-8", "surrogatepass") if type(key) is str else key_bytes(key)) for key in keys),
         dtype=np.uint64,

@@ -27,6 +27,8 @@ VERSIONS = "versions"
 MANIFESTS = "manifests"
 FRAGMENTS = "fragments"
 TAGS = "tags"
+#: An advisory claim on the next commit by a writer that keeps losing races (``txn/claims.py``).
+TURN = f"{VERSIONS}/turn.claim"
 #: Every name litstore writes at the top of a store root.
 TOP_LEVEL = (CONFIG, VERSIONS, MANIFESTS, FRAGMENTS, TAGS)
 
@@ -54,6 +56,7 @@ _OWN_FILES = re.compile(
     r"fragments/[0-9a-f]{20}/chunk-[0-9a-f]{20}-\d{1,9}\.bin"
     r"|manifests/\d{8,}-[0-9a-f]{20}(\.checkpoint)?\.parquet"
     r"|versions/\d{8,}-[0-9a-f]{20}/[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}/index\.json"
+    r"|versions/turn\.claim"
 )
 _TEMPORARY = re.compile(r"(.*/)?\.tmp-[0-9a-f]{32}-[^/]+")
 

@@ -229,6 +229,9 @@ class Version(_Frozen):
                 raise ValueError("a version without a transaction names no files")
             return self
         transaction = layout.check_transaction(self.transaction)
+        if self.manifest is None and self.checkpoint is None:
+            # Composing it would silently give the parent's manifest (found by tests/test_fuzz_store.py).
+            raise ValueError("a version with a transaction names its manifest delta or its checkpoint")
         if self.manifest is not None and self.manifest != layout.manifest_delta(self.number, transaction):
             raise ValueError(f"manifest {self.manifest!r} is not this version's delta")
         if self.checkpoint is not None and self.checkpoint != layout.manifest_checkpoint(self.number, transaction):

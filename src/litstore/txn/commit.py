@@ -41,7 +41,7 @@ from litstore.format.manifest import ChangeKind
 from litstore.format.models import ExpiredVersion, Operation, Version, declared_fields
 from litstore.read.groups import by_chunk
 from litstore.read.keyindex import KeyIndex
-from litstore.txn import log
+from litstore.txn import claims, log
 from litstore.txn.plan import Mode, Plan, plan
 from litstore.txn.records import Batch
 from litstore.txn.stage import StagedFragment, discard, stage
@@ -50,7 +50,7 @@ if TYPE_CHECKING:
     from litstore.snapshot import Snapshot
 
 _MAX_ATTEMPTS = 200
-_MAX_PAUSE = 0.5
+_MAX_PAUSE = 0.004
 
 
 def commit(
@@ -84,13 +84,20 @@ def commit(
         return head
     operation = operation or ("delete" if not fragments else mode)
     moves: StagedFragment | None = None
+    owner = layout.new_transaction()  # who this commit is, in claims
+    claimed = False
     planned_fields = _fields(head)  # a rebase onto a head that declared other fields must plan again
     try:
         current, moves = _relocate(head, current, progress)
+        losses = 0
         for attempt in range(_MAX_ATTEMPTS):
+            if losses >= claims.CLAIM_AFTER and not claimed:
+                claimed = claims.claim(head.storage, owner)
+            claims.wait_for_turn(head.storage, owner)
             try:
                 version, chunks = publish(head, current, moves, operation, message, metadata)
             except ConflictError:
+                losses += 1
                 head, touched, dropped = catch_up(head)
                 clash = sorted(touched & current.touched_keys(), key=repr)
                 if clash:
@@ -107,14 +114,28 @@ def commit(
                     if current.empty:
                         return head
                     current, moves = _relocate(head, current, progress)
-                time.sleep(random.uniform(0, min(_MAX_PAUSE, 0.002 * 2 ** min(attempt, 10))))
+                time.sleep(_pause(attempt))
                 continue
             return head.successor(version, chunks, _next_index(head, current))
     except BaseException as exc:
         if moves is not None and not isinstance(exc, UncertainCommitError):  # a record may list the moves
             discard(head.storage, moves)
         raise
+    finally:
+        if claimed:
+            claims.release(head.storage, owner)
     raise ConflictError(f"gave up after {_MAX_ATTEMPTS} attempts to commit; nothing was committed")
+
+
+def _pause(attempt: int) -> float:
+    """How long a writer that lost ``attempt + 1`` races in a row waits before publishing again.
+
+    Short and jittered, and shorter the more often it lost: growing pauses (the usual
+    exponential backoff) starve the writer that keeps losing, since the winners start
+    their next commit at once. Measured with three processes upserting disjoint keys
+    (``tests/test_concurrency.py``).
+    """
+    return random.uniform(0, _MAX_PAUSE / (1 + attempt))
 
 
 def _relocate(head: Snapshot, current: Plan, progress: bool) -> tuple[Plan, StagedFragment | None]:

@@ -8,12 +8,13 @@ against :mod:`litstore.format.layout` before it is used.
 
 from __future__ import annotations
 
+import numpy as np
 import pyarrow as pa
 import pydantic
 
 from litstore._litdata.index import ChunkInfo, parse_index_document
-from litstore.errors import IntegrityError, VersionNotFoundError
-from litstore.format import layout
+from litstore.errors import IntegrityError, VersionNotFoundError, describe
+from litstore.format import hashing, layout
 from litstore.format import manifest as manifest_format
 from litstore.format.models import (
     COMMIT_RECORD,
@@ -85,14 +86,32 @@ def read_chunks(storage: Storage, version: Version) -> dict[str, list[ChunkInfo]
 
 
 def read_manifest_file(
-    storage: Storage, config: StoreConfig, path: str, delta: bool, fields: dict[str, str] | None = None
+    storage: Storage,
+    config: StoreConfig,
+    path: str,
+    delta: bool,
+    fields: dict[str, str] | None = None,
+    check_keys: bool = True,
 ) -> pa.Table:
     """A manifest delta (``delta=True``) or checkpoint with the declared ``fields``, its chunk names checked.
+
+    With ``check_keys`` every row's ``key_hash`` must be its key's hash: lookups find
+    records by hash and confirm them by key, so a row whose key was changed alone would
+    let a lookup of one key serve another version's record. ``verify`` reads without
+    the check, to report such rows instead.
 
     Raises:
         IntegrityError: the file is damaged or names a chunk outside the layout.
     """
     table = manifest_format.from_parquet(storage.read(path), path, config.key_type, delta, fields)
+    if check_keys:
+        keys = table.column("key").to_pylist()
+        wrong = np.flatnonzero(hashing.key_hashes(keys) != table.column("key_hash").to_numpy())
+        if len(wrong):
+            shown = describe([keys[i] for i in wrong[:5].tolist()])
+            raise IntegrityError(
+                f"manifest file {path} is damaged: {len(wrong)} rows hold a key hash that is not their key's ({shown})"
+            )
     for name in table.column("chunk").unique().to_pylist():
         if name == "" and delta:
             continue  # deleted rows have no chunk
@@ -113,8 +132,11 @@ def checkpoint_of(version: Version, manifest_names: set[str]) -> str | None:
     return path if path.removeprefix(f"{layout.MANIFESTS}/") in manifest_names else None
 
 
-def compose_manifest(storage: Storage, config: StoreConfig, number: int) -> pa.Table:
-    """The manifest of version ``number``: the newest checkpoint at or below it, then deltas."""
+def compose_manifest(storage: Storage, config: StoreConfig, number: int, check_keys: bool = True) -> pa.Table:
+    """The manifest of version ``number``: the newest checkpoint at or below it, then deltas.
+
+    ``check_keys``: see :func:`read_manifest_file`.
+    """
     from litstore import query
 
     checkpoints = set(storage.names(layout.MANIFESTS))
@@ -128,13 +150,16 @@ def compose_manifest(storage: Storage, config: StoreConfig, number: int) -> pa.T
         fields = declared_fields(config, version) if fields is None else fields
         path = checkpoint_of(version, checkpoints)
         if path is not None:
-            checkpoint = read_manifest_file(storage, config, path, delta=False, fields=fields)
+            checkpoint = read_manifest_file(storage, config, path, delta=False, fields=fields, check_keys=check_keys)
             break
         if version.manifest is not None:
             pending.append(version.manifest)
         number -= 1
     fields = config.fields if fields is None else fields
-    deltas = [read_manifest_file(storage, config, path, delta=True, fields=fields) for path in reversed(pending)]
+    deltas = [
+        read_manifest_file(storage, config, path, delta=True, fields=fields, check_keys=check_keys)
+        for path in reversed(pending)
+    ]
     return query.compose(config.key_type, checkpoint, deltas, fields)
 
 

@@ -1,0 +1,84 @@
+"""A store's tags: names for versions, as a read-only mapping with ways to change it.
+
+``tags/<name>.json`` is a :class:`~litstore.format.models.Tag`. A tag never moves
+silently: naming another version with an existing tag needs ``move=True``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING
+
+from litstore.errors import TagError, VersionNotFoundError
+from litstore.format import layout
+from litstore.format.models import Tag, check_tag_name
+from litstore.txn import log
+
+if TYPE_CHECKING:
+    from litstore.snapshot import VersionRef
+    from litstore.store import Store
+
+
+class Tags(Mapping[str, int]):
+    """The store's tags: a read-only mapping of name to version number, plus ways to change it.
+
+    ``store.tags["release-1"]``, ``dict(store.tags)``, ``store.tags.create(...)``,
+    ``store.tags.delete(...)``. A tag never moves silently.
+    """
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+
+    def __getitem__(self, name: str) -> int:
+        try:
+            return log.read_tag(self._store.storage, name).version
+        except VersionNotFoundError as exc:
+            raise KeyError(name) from exc
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(sorted(log.tag_names(self._store.storage)))
+
+    def __len__(self) -> int:
+        return len(log.tag_names(self._store.storage))
+
+    def __repr__(self) -> str:
+        return f"Tags({dict(self)!r})"
+
+    def create(self, name: str, version: VersionRef | None = None, *, move: bool = False) -> Tag:
+        """Name ``version`` (default: the latest) ``name``; ``store.at(name)`` then reads it.
+
+        Tagging an existing name with another version raises unless ``move=True``.
+
+        Raises:
+            TagError: the name is invalid, or it names another version and ``move`` is false.
+            VersionNotFoundError: no such version.
+        """
+        try:
+            check_tag_name(name)
+        except ValueError as exc:
+            raise TagError(str(exc)) from exc
+        storage = self._store.storage
+        number = self._store.head().version.number if version is None else self._store.head().resolve(version)
+        tag = Tag(name=name, version=number, created_at=datetime.now(UTC))
+        data = tag.model_dump_json(indent=1).encode()
+        if storage.put_if_absent(layout.tag(name), data):
+            return tag
+        current = log.read_tag(storage, name)
+        if current.version == number:
+            return current
+        if not move:
+            raise TagError(
+                f"tag {name!r} already names version {current.version}; pass move=True to point it at {number}"
+            )
+        storage.write(layout.tag(name), data)
+        return tag
+
+    def delete(self, name: str) -> None:
+        """Remove tag ``name`` (the version it named stays).
+
+        Raises:
+            VersionNotFoundError: there is no such tag.
+        """
+        log.read_tag(self._store.storage, name)
+        self._store.storage.delete(layout.tag(name))
