@@ -35,14 +35,13 @@ under a microsecond for a typical record) and a mismatch raises
 from __future__ import annotations
 
 import bisect
-import contextlib
 import hashlib
 import itertools
 import os
 import shutil
 import stat
 import tempfile
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -339,20 +338,26 @@ class VersionDataset(StreamingDataset):
             record = transform(record)
         return record
 
-    # -- fuzz fix (tests/test_fuzz_store.py): litdata's own chunk reads fail untyped ----------
     # litdata maps and checks the next chunks' headers in __iter__ and __next__, before
     # __getitem__ sees them: a header that disagrees with index.json, or a truncated
-    # chunk, raises RuntimeError, ValueError, IndexError or OSError from inside litdata.
+    # chunk, raises RuntimeError, ValueError, IndexError or OSError from inside litdata
+    # (found by tests/test_fuzz_store.py). A plain try costs nothing per item.
     def __iter__(self) -> VersionDataset:
-        with _chunk_errors(self.identity):
+        try:
             super().__iter__()
+        except (LitstoreError, StopIteration):
+            raise
+        except (RuntimeError, ValueError, IndexError, OSError) as exc:
+            raise _damaged_chunk(self.identity, exc) from exc
         return self
 
     def __next__(self) -> Any:
-        with _chunk_errors(self.identity):
+        try:
             return super().__next__()
-
-    # -- end fuzz fix ----------------------------------------------------------------------------
+        except (LitstoreError, StopIteration):
+            raise
+        except (RuntimeError, ValueError, IndexError, OSError) as exc:
+            raise _damaged_chunk(self.identity, exc) from exc
 
     def _from_decoded(self, chunk_index: int, number: int) -> Any:
         """Item ``number`` of a local chunk, from the chunk decoded in one pass (see :mod:`litstore.read.decoded`)."""
@@ -424,18 +429,12 @@ class VersionDataset(StreamingDataset):
         super().load_state_dict(state)
 
 
-@contextlib.contextmanager
-def _chunk_errors(identity: dict[str, Any]) -> Iterator[None]:
-    """Translate litdata's errors on a damaged chunk into :class:`IntegrityError` (fuzz fix)."""
-    try:
-        yield
-    except (LitstoreError, StopIteration):
-        raise
-    except (RuntimeError, ValueError, IndexError, OSError) as exc:
-        raise IntegrityError(
-            f"streaming version {identity.get('version')} failed to read a chunk ({exc}): the chunk or its index "
-            "is damaged; store.verify() lists every damaged record"
-        ) from exc
+def _damaged_chunk(identity: dict[str, Any], exc: BaseException) -> IntegrityError:
+    """litdata's error on a damaged chunk, as the :class:`IntegrityError` it means."""
+    return IntegrityError(
+        f"streaming version {identity.get('version')} failed to read a chunk ({exc}): the chunk or its index "
+        "is damaged; store.verify() lists every damaged record"
+    )
 
 
 def _describe(identity: dict[str, Any] | None) -> str:

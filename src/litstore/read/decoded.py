@@ -54,14 +54,13 @@ class DecodedChunk:
         self.damaged: set[int] = set()
         if expected is not None:
             if len(expected) != 16 * len(self._bounds):
-                committed = len(expected) // 16
-                raise IntegrityError(f"chunk {name} holds {len(self._bounds)} items; {committed} were committed")
+                listed = len(expected) // 16
+                raise IntegrityError(f"chunk {name} holds {len(self._bounds)} items; {listed} were committed")
             digest = hashing.content_hash
-            self.damaged = {
-                row
-                for row, (start, end) in enumerate(self._bounds)
-                if digest(view[start:end]) != expected[16 * row : 16 * row + 16]
-            }
+            actual = np.frombuffer(b"".join([digest(view[start:end]) for start, end in self._bounds]), np.uint8)
+            committed = np.frombuffer(expected, np.uint8)
+            differs = (actual.reshape(-1, 16) != committed.reshape(-1, 16)).any(axis=1)
+            self.damaged = set(np.flatnonzero(differs).tolist())
         self._records = codec.decode_framed(view, offsets, aligned=expected is not None and not self.damaged)
 
     def __len__(self) -> int:
