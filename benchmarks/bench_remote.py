@@ -46,7 +46,7 @@ def main() -> None:
         chunks = [chunk for listed in store.chunks().values() for chunk in listed]
 
         remote = litstore.open(url, storage_options=options)
-        storage = remote._storage
+        storage = remote.storage
         keys = [record["id"] for record in records]
         random.seed(0)
         before = storage.bytes_read

@@ -12,7 +12,7 @@ versions and each ``--workers`` count, one epoch is timed through
 - ``litstore``: ``store.dataset(version=v)`` (yields decoded records);
 - ``litdata+decode``: a plain ``litdata.StreamingDataset`` over a directory holding a
   copy of the version's ``index.json`` and a ``fragments`` symlink to the store's
-  fragments, with ``transform=litstore.codec.decode`` (the same work: the fair baseline);
+  fragments, with ``transform=litstore.format.codec.decode`` (the same work: the fair baseline);
 - ``litdata raw``: the same plain dataset, decoding nothing (yields the stored bytes
   as memoryviews; a batch becomes a list of ``bytes``, since default collate cannot
   stack memoryviews and worker processes cannot pickle them).
