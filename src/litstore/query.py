@@ -47,16 +47,19 @@ def compose(
         newest.append(delta)
         keys = delta.column("key").combine_chunks()
         mentioned = keys if mentioned is None else pa.concat_arrays([mentioned, keys])
-    parts = [
-        delta.filter(pc.not_equal(delta.column("change"), str(ChangeKind.DELETED))).select(names).cast(target)
-        for delta in reversed(newest)
-    ]
+    parts = [_live_rows(delta).select(names).cast(target) for delta in reversed(newest)]
     if checkpoint is not None:
         base = checkpoint.select(names).cast(target)
         if mentioned is not None and len(mentioned):
             base = base.filter(pc.invert(pc.is_in(base.column("key"), value_set=mentioned)))
         parts.insert(0, base)
     return pa.concat_tables(parts) if parts else empty(key_type, fields)
+
+
+def _live_rows(delta: pa.Table) -> pa.Table:
+    """The rows of ``delta`` that are not deletions (no copy when there are none)."""
+    deleted = pc.equal(delta.column("change"), str(ChangeKind.DELETED))
+    return delta.filter(pc.invert(deleted)) if pc.any(deleted).as_py() else delta
 
 
 def __getattr__(name: str) -> Any:

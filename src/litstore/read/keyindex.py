@@ -16,7 +16,8 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from litstore.errors import IntegrityError
+from litstore.errors import IntegrityError, describe
+from litstore.format import hashing
 
 
 @dataclass(frozen=True)
@@ -29,9 +30,24 @@ class KeyIndex:
 
     @classmethod
     def from_manifest(cls, manifest: pa.Table) -> KeyIndex:
-        """Build from a manifest's ``key_hash``, ``content_hash``, ``chunk`` and ``row`` columns."""
+        """Build from a manifest's ``key_hash``, ``content_hash``, ``chunk`` and ``row`` columns.
+
+        Every row's key hash must be its key's: a lookup finds records by hash and
+        confirms them by key, so a row whose key was changed alone (a damaged or
+        crafted manifest) could otherwise serve a record another version committed.
+
+        Raises:
+            IntegrityError: some rows hold a key hash that is not their key's.
+        """
         chunk_column = manifest.column("chunk").combine_chunks().dictionary_encode()
         hashes = manifest.column("key_hash").to_numpy()
+        keys = manifest.column("key").to_pylist()
+        wrong = np.flatnonzero(hashing.key_hashes(keys) != hashes)
+        if len(wrong):
+            shown = describe([keys[i] for i in wrong[:5].tolist()])
+            raise IntegrityError(
+                f"the manifest is damaged: {len(wrong)} rows hold a key hash that is not their key's ({shown})"
+            )
         order = np.argsort(hashes, kind="stable")
         return cls(
             hashes=np.ascontiguousarray(hashes[order]),

@@ -91,14 +91,13 @@ def read_manifest_file(
     path: str,
     delta: bool,
     fields: dict[str, str] | None = None,
-    check_keys: bool = True,
+    check_keys: bool = False,
 ) -> pa.Table:
     """A manifest delta (``delta=True``) or checkpoint with the declared ``fields``, its chunk names checked.
 
-    With ``check_keys`` every row's ``key_hash`` must be its key's hash: lookups find
-    records by hash and confirm them by key, so a row whose key was changed alone would
-    let a lookup of one key serve another version's record. ``verify`` reads without
-    the check, to report such rows instead.
+    With ``check_keys`` every row's ``key_hash`` must be its key's hash. Lookups rely
+    on it; :class:`~litstore.read.keyindex.KeyIndex` checks it when it is built, so
+    plain reads (diff, sql, verify, which reports such rows) need not pay for it.
 
     Raises:
         IntegrityError: the file is damaged or names a chunk outside the layout.
@@ -132,7 +131,7 @@ def checkpoint_of(version: Version, manifest_names: set[str]) -> str | None:
     return path if path.removeprefix(f"{layout.MANIFESTS}/") in manifest_names else None
 
 
-def compose_manifest(storage: Storage, config: StoreConfig, number: int, check_keys: bool = True) -> pa.Table:
+def compose_manifest(storage: Storage, config: StoreConfig, number: int, check_keys: bool = False) -> pa.Table:
     """The manifest of version ``number``: the newest checkpoint at or below it, then deltas.
 
     ``check_keys``: see :func:`read_manifest_file`.
