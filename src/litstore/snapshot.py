@@ -59,7 +59,8 @@ VersionRef = int | str | Version | datetime
 # Records decoded at once when iterating a version: bounds memory, keeps one decode pass.
 _DECODE_BATCH = 1024
 _Default = TypeVar("_Default")
-_RAISE: Any = object()
+#: ``get_many``'s default: a missing key raises instead of standing in for a record.
+MISSING: Any = object()
 
 
 class Snapshot:
@@ -167,7 +168,7 @@ class Snapshot:
         record = self._find(key)
         return default if record is None else record
 
-    def get_many(self, keys: Sequence[Key], default: Any = _RAISE) -> list[Any]:
+    def get_many(self, keys: Sequence[Key], default: Any = MISSING) -> list[Any]:
         """The records with ``keys``, in the same order.
 
         Keys that are missing raise :class:`KeyNotFoundError` naming them, unless a
@@ -213,7 +214,7 @@ class Snapshot:
                         found[i] = False
                         record = default
                 results[i] = record
-        if default is _RAISE and not found.all():
+        if default is MISSING and not found.all():
             missing = [keys[i] for i in np.flatnonzero(~found).tolist()]
             raise KeyNotFoundError(
                 f"{len(missing)} of {len(keys)} keys are not in version {self._version.number}: {describe(missing)}"
@@ -431,6 +432,8 @@ class Snapshot:
         else:
             if isinstance(keys, (str, bytes)):
                 raise InvalidArgumentError(f"keys is a list of keys, not one key: use keys=[{keys!r}]")
+            if not isinstance(keys, Iterable):
+                raise InvalidArgumentError(f"keys is a list of keys, got {type(keys).__name__}")
             wanted = list(dict.fromkeys(hashing.normalize_key(key) for key in keys))  # type: ignore[misc,union-attr]
         ordered = streaming.stream_records(self.manifest(), chunks, located=True)
         key_type = ordered.schema.field("key").type
@@ -514,7 +517,7 @@ class Snapshot:
 
         Raises:
             VersionNotFoundError: no such version or tag.
-            InvalidArgumentError: ``version`` is not a version number, tag name or ``Version``.
+            InvalidArgumentError: ``version`` is not a version number, tag name, ``Version`` or time.
         """
         number = self.resolve(version)
         if number == self._version.number:
@@ -537,7 +540,7 @@ class Snapshot:
         return diff.with_fields(old_view, new_view) if fields else diff
 
     def resolve(self, version: VersionRef) -> int:
-        """The version number ``version`` means (a number, a tag name or a ``Version``).
+        """The version number ``version`` means (a number, a tag name, a ``Version`` or a time).
 
         Raises:
             VersionNotFoundError: no such version or tag.
@@ -554,7 +557,8 @@ class Snapshot:
         else:
             shown = version if not isinstance(version, float) or math.isfinite(version) else str(version)
             raise InvalidArgumentError(
-                f"a version is a whole number, a tag name or a Version, not {shown!r} ({type(version).__name__})"
+                f"a version is a whole number, a tag name, a Version or a datetime, not {shown!r} "
+                f"({type(version).__name__})"
             )
         if number != self._version.number:
             try:
@@ -563,9 +567,8 @@ class Snapshot:
                 log.read_version(self._storage, number)
             except VersionNotFoundError as exc:
                 numbers = log.version_numbers(self._storage)
-                raise VersionNotFoundError(
-                    f"{exc}; the oldest version kept is {numbers[0]} and the latest is {numbers[-1]}"
-                ) from None
+                kept = f"; the oldest version kept is {numbers[0]} and the latest is {numbers[-1]}" if numbers else ""
+                raise VersionNotFoundError(f"{exc}{kept}") from None
         return number
 
     def _current_at(self, when: datetime) -> int:

@@ -39,7 +39,7 @@ from litstore.format.models import (
     Tag,
     Version,
 )
-from litstore.snapshot import Key, Record, Snapshot, VersionRef
+from litstore.snapshot import MISSING, Key, Record, Snapshot, VersionRef
 from litstore.storage import Storage, open_storage
 from litstore.tags import Tags
 from litstore.txn import log
@@ -58,7 +58,6 @@ Root = str | os.PathLike[str]
 
 #: Writes encode and sort records in runs of chunk_bytes of payload, and at least this many.
 _MIN_RUN_BYTES = 8 * 1024 * 1024
-
 
 
 class Store:
@@ -237,6 +236,11 @@ class Store:
     def splits(self) -> tuple[str, ...]:
         """The split names the store's rule can assign."""
         return self._head.splits
+
+    @property
+    def fields(self) -> dict[str, str]:
+        """The declared fields (name -> type) of the head's manifest (see ``Store.create(fields=...)``)."""
+        return self._head.fields
 
     @property
     def tags(self) -> Tags:
@@ -452,7 +456,7 @@ class Store:
         Raises:
             InvalidArgumentError: ``min_fill`` is not in (0, 1] or ``target_chunk_bytes`` is not positive.
         """
-        if not isinstance(min_fill, (int, float)) or not 0 < min_fill <= 1:
+        if isinstance(min_fill, bool) or not isinstance(min_fill, (int, float)) or not 0 < min_fill <= 1:
             raise InvalidArgumentError(f"min_fill must be in (0, 1], got {min_fill!r}")
         target = self.config.chunk_bytes if target_chunk_bytes is None else target_chunk_bytes
         if isinstance(target, bool) or not isinstance(target, int) or target <= 0:
@@ -552,9 +556,9 @@ class Store:
         """The record with ``key`` at the head, or ``default``."""
         return self._head.get(key, default)
 
-    def get_many(self, keys: Sequence[Key], **options: Any) -> list[Any]:
+    def get_many(self, keys: Sequence[Key], default: Any = MISSING) -> list[Any]:
         """The records with ``keys`` at the head (see :meth:`Snapshot.get_many`)."""
-        return self._head.get_many(keys, **options)
+        return self._head.get_many(keys, default)
 
     def keys(self) -> list[Key]:
         """Every key at the head."""

@@ -39,9 +39,12 @@ def claim(storage: Storage, owner: str) -> bool:
     if storage.put_if_absent(layout.TURN, document):
         return True
     holder = _holder(storage)
-    if holder is not None and holder[0] != owner and time.time() - holder[1] > CLAIM_TTL:
-        storage.delete(layout.TURN)  # expired: its writer died or stalled
-        return storage.put_if_absent(layout.TURN, document)
+    if holder is None or (holder[0] != owner and time.time() - holder[1] > CLAIM_TTL):
+        # Expired (its writer died or stalled) or damaged: take it over. Two writers doing
+        # so at once may both delete and create it; reading it back leaves one holder.
+        storage.delete(layout.TURN)
+        storage.put_if_absent(layout.TURN, document)
+        holder = _holder(storage)
     return holder is not None and holder[0] == owner
 
 

@@ -260,7 +260,10 @@ def publish(
     )
     if not put_commit_record(head, version):
         for path in written:
-            storage.delete(path)
+            try:
+                storage.delete(path)
+            except StorageError:
+                pass  # an unreferenced file: gc removes it; the lost race is what matters
         raise ConflictError(f"version {number} was committed by another writer first")
     return version, chunks
 
