@@ -292,8 +292,8 @@ class Snapshot:
             QueryError: DuckDB rejected the query.
             VersionNotFoundError: no such version.
         """
-        if version is not None and self.resolve(version) != self._version.number:
-            return self.at(version).sql(sql)
+        if version is not None and (view := self.at(version)) is not self:
+            return view.sql(sql)
         try:
             return query.query(sql, {"manifest": self.manifest()})
         except query.DatabaseError as exc:
@@ -311,8 +311,8 @@ class Snapshot:
         Reads every chunk of the version: see :mod:`litstore.ops.verify` for what is
         checked. ``expected_keys``, if given, must be exactly the version's keys.
         """
-        if version is not None and self.resolve(version) != self._version.number:
-            return self.at(version).verify(expected_keys=expected_keys, progress=progress)
+        if version is not None and (view := self.at(version)) is not self:
+            return view.verify(expected_keys=expected_keys, progress=progress)
         from litstore.ops import verify
 
         # Read everything from storage again: verify must not trust what is in memory.
@@ -369,8 +369,8 @@ class Snapshot:
             IntegrityError: the version's index does not list all of its records, or
                 (while streaming) an item is not what was committed.
         """
-        if version is not None and self.resolve(version) != self._version.number:
-            return self.at(version).dataset(
+        if version is not None and (view := self.at(version)) is not self:
+            return view.dataset(
                 split=split, verify_records=verify_records, views_dir=views_dir, where=where, keys=keys, **kwargs
             )
         if where is not None and keys is not None:
@@ -413,8 +413,8 @@ class Snapshot:
             QueryError: DuckDB rejected the condition.
             InvalidArgumentError: ``where`` is not a non-empty string.
         """
-        if version is not None and self.resolve(version) != self._version.number:
-            return self.at(version).select(where)
+        if version is not None and (view := self.at(version)) is not self:
+            return view.select(where)
         if not isinstance(where, str) or not where.strip():
             raise InvalidArgumentError(f"where must be a non-empty SQL condition, got {where!r}")
         found = self.sql(f"SELECT key FROM manifest WHERE ({where}\n) ORDER BY key")
@@ -494,8 +494,8 @@ class Snapshot:
         Reads and decodes every record once, chunk by chunk (see :mod:`litstore.ops.audit`);
         the report also names identical records that sit in different splits (leakage).
         """
-        if version is not None and self.resolve(version) != self._version.number:
-            return self.at(version).audit(examples=examples, progress=progress)
+        if version is not None and (view := self.at(version)) is not self:
+            return view.audit(examples=examples, progress=progress)
         from litstore.ops import audit
 
         return audit.audit(self, examples=examples, progress=progress)
