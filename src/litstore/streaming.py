@@ -60,6 +60,7 @@ from litstore.format.models import StoreConfig, Version
 from litstore.read.chunks import ChunkCache
 from litstore.read.decoded import DecodedChunk
 from litstore.storage import Storage
+from litstore.storage.local import LocalStorage
 from litstore.txn import log
 
 _STATE_KEY = "litstore"
@@ -107,7 +108,9 @@ def open_dataset(
     if root is not None:
         for chunk in chunks:  # litdata opens chunks by path: apply the storage's checks (links, FIFOs) first
             storage.read_range(chunk.filename, 0, 0)
-        return VersionDataset(str(directory), identity, chunks=chunks, records_file=checked, **kwargs)
+        return VersionDataset(
+            str(directory), identity, chunks=chunks, records_file=checked, chunk_root=storage.url, **kwargs
+        )
     kwargs.setdefault("cache_dir", str(directory / "cache"))
     kwargs.setdefault("storage_options", dict(storage.options))
     plain_http = str(storage.options.get("endpoint_url", "")).startswith("http://")
@@ -175,7 +178,9 @@ def open_subset(
         "subset_records": members.num_rows,
     }
     checked = directory / _RECORDS_FILE if verify_records else None
-    return VersionDataset(str(directory), identity, chunks=chunks, records_file=checked, **kwargs)
+    return VersionDataset(
+        str(directory), identity, chunks=chunks, records_file=checked, chunk_root=str(directory), **kwargs
+    )
 
 
 def subset_digest(members: pa.Table) -> str:
@@ -270,6 +275,7 @@ class VersionDataset(StreamingDataset):
         *,
         chunks: Sequence[ChunkInfo] = (),
         records_file: Path | None = None,
+        chunk_root: str | None = None,
         **kwargs: Any,
     ) -> None:
         self._plain_http = plain_http
@@ -280,8 +286,10 @@ class VersionDataset(StreamingDataset):
             [] if transform is None else list(transform) if isinstance(transform, list) else [transform]
         )
         super().__init__(input_dir, **kwargs)
-        # Local chunks are decoded a whole chunk at a time; remote ones go through litdata's downloads.
-        self._local = self.input_dir.url is None and self.input_dir.path is not None
+        # Local chunks (names relative to ``chunk_root``) are decoded a whole chunk at a time,
+        # read through the local storage backend and its checks; remote ones go through
+        # litdata's downloads.
+        self._chunk_storage = LocalStorage(chunk_root) if chunk_root is not None else None
         self._decoded: DecodedChunk | None = None
         self._decoded_index = -1
         self.identity = dict(identity)
@@ -323,7 +331,7 @@ class VersionDataset(StreamingDataset):
     def __getitem__(self, index: Any) -> Any:
         if isinstance(index, slice):
             return [self[position] for position in range(*index.indices(len(self)))]
-        if isinstance(index, ChunkedIndex) and self._local:
+        if isinstance(index, ChunkedIndex) and self._chunk_storage is not None:
             return self._from_decoded(index.chunk_index, index.index)
         item = super().__getitem__(index)
         if isinstance(index, str):
@@ -373,7 +381,8 @@ class VersionDataset(StreamingDataset):
                 expected = self._expected[start : start + 16 * size]
             name = self._files[chunk_index]
             self._decoded = None  # release the previous chunk before mapping the next
-            chunk = self._decoded = DecodedChunk(os.path.join(self.input_dir.path, name), name, expected)
+            assert self._chunk_storage is not None
+            chunk = self._decoded = DecodedChunk(self._chunk_storage.mapped(name), name, expected)
             self._decoded_index = chunk_index
         row = number - self._litdata_starts[chunk_index]
         if row in chunk.damaged:

@@ -15,37 +15,28 @@ unchecked, it is decoded on its own), exactly as on the per-item path.
 from __future__ import annotations
 
 import mmap
-import os
-import stat
 from typing import Any
 
 import numpy as np
 
 from litstore._litdata import chunk as chunk_layout
-from litstore.errors import IntegrityError, UnsafePathError
+from litstore.errors import IntegrityError
 from litstore.format import codec, hashing
 
 
 class DecodedChunk:
-    """Every item of one chunk file, checked (if ``expected`` is given) and decoded.
+    """Every item of one chunk, checked (if ``expected`` is given) and decoded.
 
     Args:
-        path: the chunk file on the local disk.
+        data: the whole chunk, mapped by its storage backend (which refuses links and
+            anything but regular files).
         name: the chunk's name, for error messages.
         expected: the committed content hashes of its items, 16 bytes each, in row order;
             ``None`` to skip the check.
     """
 
-    def __init__(self, path: str, name: str, expected: bytes | memoryview | None) -> None:
+    def __init__(self, data: mmap.mmap | bytes, name: str, expected: bytes | memoryview | None) -> None:
         self.name = name
-        descriptor = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-        try:
-            info = os.fstat(descriptor)
-            if not stat.S_ISREG(info.st_mode):
-                raise UnsafePathError(f"chunk {name} is not a regular file; refused")
-            data: mmap.mmap | bytes = mmap.mmap(descriptor, 0, access=mmap.ACCESS_READ) if info.st_size else b""
-        finally:
-            os.close(descriptor)
         offsets = chunk_layout.item_offsets(data, name)
         view = memoryview(data)
         starts, ends = chunk_layout.payload_bounds(offsets, np.arange(len(offsets) - 1))
