@@ -35,7 +35,13 @@ def test_a_fresh_claim_by_another_writer_holds_a_commit_back_at_most_its_time_to
 def test_an_expired_or_damaged_claim_orders_nobody(make_store: Callable[..., litstore.Store]) -> None:
     store = make_store(key="id")
     root = Path(store.root)
-    for plant in (lambda: _plant(root, "a-dead-writer", age=60.0), lambda: (root / layout.TURN).write_text("{oops")):
+    plants = (
+        lambda: _plant(root, "a-dead-writer", age=60.0),
+        lambda: (root / layout.TURN).write_text("{oops"),
+        lambda: _plant(root, "a-writer-from-the-future", age=-3600.0),
+        lambda: (root / layout.TURN).write_text('{"owner": "x", "at": NaN}'),
+    )
+    for plant in plants:
         plant()
         start = time.monotonic()
         store.append([record(store.version.number + 10)])

@@ -20,6 +20,7 @@ missing file, locally a failed ``open``).
 from __future__ import annotations
 
 import json
+import math
 import time
 
 from litstore.errors import StorageError
@@ -69,6 +70,8 @@ def _holder(storage: Storage) -> tuple[str, float] | None:
     """Who holds the claim and since when; ``None`` if nobody (a damaged claim orders nobody)."""
     try:
         found = json.loads(storage.read(layout.TURN))
-        return str(found["owner"]), float(found["at"])
+        holder, at = str(found["owner"]), float(found["at"])
     except (StorageError, ValueError, KeyError, TypeError):
         return None
+    # A time that is not a time, or one from the future, would hold writers back forever.
+    return (holder, at) if math.isfinite(at) and at <= time.time() + CLAIM_TTL else None
