@@ -82,7 +82,7 @@ def _index_path(root: Path, split: str, version: int = LATEST) -> str:
 def _rows(root: Path, version: int = LATEST) -> list[dict[str, Any]]:
     """The manifest composed from the files now on disk (not a cache), unchecked, as verify reads it."""
     store = litstore.open(root)
-    return compose_manifest(store.storage, store.config, version, check_keys=False).to_pylist()
+    return compose_manifest(store.storage, store.config, version).to_pylist()
 
 
 def _pick(root: Path, prefix: str = "c") -> dict[str, Any]:

@@ -35,7 +35,10 @@ first few of them (and how many there are) in the message.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import pydantic
 
 #: How many culprits an error message names before it says "and N more".
 SHOWN_CULPRITS = 5
@@ -50,6 +53,13 @@ def describe(items: Sequence[Any], limit: int = SHOWN_CULPRITS) -> str:
     shown = ", ".join(repr(item) for item in items[:limit])
     rest = len(items) - limit
     return f"{shown} and {rest} more" if rest > 0 else shown
+
+
+def first_problem(exc: pydantic.ValidationError, whole: str) -> str:
+    """``"where: what"`` of the first problem pydantic found; ``whole`` names the top level."""
+    error = exc.errors()[0]
+    where = ".".join(str(part) for part in error["loc"]) or whole
+    return f"{where}: {error['msg']}"
 
 
 class InvalidRecordError(LitstoreError, ValueError):

@@ -316,7 +316,7 @@ class Snapshot:
         from litstore.ops import verify
 
         # Read everything from storage again: verify must not trust what is in memory.
-        listed = log.compose_manifest(self._storage, self._config, self._version.number, check_keys=False)
+        listed = log.compose_manifest(self._storage, self._config, self._version.number)
         chunks = log.read_chunks(self._storage, self._version)
         return verify.verify(self._storage, self._config, self._version, listed, chunks, expected_keys, progress)
 

@@ -28,6 +28,7 @@ from litstore.errors import (
     StoreExistsError,
     StoreNotFoundError,
     UncertainCommitError,
+    first_problem,
 )
 from litstore.format import config as config_format
 from litstore.format import hashing, layout
@@ -148,7 +149,7 @@ class Store:
                 created_at=datetime.now(UTC),
             )
         except pydantic.ValidationError as exc:
-            raise InvalidArgumentError(f"cannot create a store: {config_format.first_error(exc)}") from None
+            raise InvalidArgumentError(f"cannot create a store: {first_problem(exc, 'argument')}") from None
         storage = open_storage(root, storage_options)
         if storage.exists(layout.CONFIG) or log.version_numbers(storage):
             raise StoreExistsError(f"{storage.url} already holds a store; open it with litstore.open()")

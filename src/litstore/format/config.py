@@ -69,10 +69,3 @@ def check_schema(config: StoreConfig, schema: type[pydantic.BaseModel] | None) -
         raise SchemaError(
             f"{schema.__qualname__} does not match the schema this store was created with ({declared.qualname})"
         )
-
-
-def first_error(exc: pydantic.ValidationError) -> str:
-    """The first problem pydantic found, as ``"where: what"``."""
-    error = exc.errors()[0]
-    where = ".".join(str(part) for part in error["loc"]) or "argument"
-    return f"{where}: {error['msg']}"

@@ -8,13 +8,12 @@ against :mod:`litstore.format.layout` before it is used.
 
 from __future__ import annotations
 
-import numpy as np
 import pyarrow as pa
 import pydantic
 
 from litstore._litdata.index import ChunkInfo, parse_index_document
-from litstore.errors import IntegrityError, VersionNotFoundError, describe
-from litstore.format import hashing, layout
+from litstore.errors import IntegrityError, VersionNotFoundError, first_problem
+from litstore.format import layout
 from litstore.format import manifest as manifest_format
 from litstore.format.models import (
     COMMIT_RECORD,
@@ -48,7 +47,7 @@ def read_record(storage: Storage, number: int) -> Version | ExpiredVersion:
     try:
         record = COMMIT_RECORD.validate_json(data)
     except pydantic.ValidationError as exc:
-        raise IntegrityError(f"commit record {path} is damaged: {_first_error(exc)}") from exc
+        raise IntegrityError(f"commit record {path} is damaged: {first_problem(exc, 'document')}") from exc
     if record.number != number:
         raise IntegrityError(f"commit record {path} says it is version {record.number}")
     return record
@@ -91,26 +90,17 @@ def read_manifest_file(
     path: str,
     delta: bool,
     fields: dict[str, str] | None = None,
-    check_keys: bool = False,
 ) -> pa.Table:
     """A manifest delta (``delta=True``) or checkpoint with the declared ``fields``, its chunk names checked.
 
-    With ``check_keys`` every row's ``key_hash`` must be its key's hash. Lookups rely
-    on it; :class:`~litstore.read.keyindex.KeyIndex` checks it when it is built, so
-    plain reads (diff, sql, verify, which reports such rows) need not pay for it.
+    Key hashes are not checked here: lookups rely on them, and
+    :class:`~litstore.read.keyindex.KeyIndex` checks them when it is built, so plain
+    reads (diff, sql, verify, which reports such rows) need not pay for it.
 
     Raises:
         IntegrityError: the file is damaged or names a chunk outside the layout.
     """
     table = manifest_format.from_parquet(storage.read(path), path, config.key_type, delta, fields)
-    if check_keys:
-        keys = table.column("key").to_pylist()
-        wrong = np.flatnonzero(hashing.key_hashes(keys) != table.column("key_hash").to_numpy())
-        if len(wrong):
-            shown = describe([keys[i] for i in wrong[:5].tolist()])
-            raise IntegrityError(
-                f"manifest file {path} is damaged: {len(wrong)} rows hold a key hash that is not their key's ({shown})"
-            )
     for name in table.column("chunk").unique().to_pylist():
         if name == "" and delta:
             continue  # deleted rows have no chunk
@@ -131,11 +121,8 @@ def checkpoint_of(version: Version, manifest_names: set[str]) -> str | None:
     return path if path.removeprefix(f"{layout.MANIFESTS}/") in manifest_names else None
 
 
-def compose_manifest(storage: Storage, config: StoreConfig, number: int, check_keys: bool = False) -> pa.Table:
-    """The manifest of version ``number``: the newest checkpoint at or below it, then deltas.
-
-    ``check_keys``: see :func:`read_manifest_file`.
-    """
+def compose_manifest(storage: Storage, config: StoreConfig, number: int) -> pa.Table:
+    """The manifest of version ``number``: the newest checkpoint at or below it, then deltas."""
     from litstore import query
 
     checkpoints = set(storage.names(layout.MANIFESTS))
@@ -149,16 +136,13 @@ def compose_manifest(storage: Storage, config: StoreConfig, number: int, check_k
         fields = declared_fields(config, version) if fields is None else fields
         path = checkpoint_of(version, checkpoints)
         if path is not None:
-            checkpoint = read_manifest_file(storage, config, path, delta=False, fields=fields, check_keys=check_keys)
+            checkpoint = read_manifest_file(storage, config, path, delta=False, fields=fields)
             break
         if version.manifest is not None:
             pending.append(version.manifest)
         number -= 1
     fields = config.fields if fields is None else fields
-    deltas = [
-        read_manifest_file(storage, config, path, delta=True, fields=fields, check_keys=check_keys)
-        for path in reversed(pending)
-    ]
+    deltas = [read_manifest_file(storage, config, path, delta=True, fields=fields) for path in reversed(pending)]
     return query.compose(config.key_type, checkpoint, deltas, fields)
 
 
@@ -196,7 +180,7 @@ def read_tag(storage: Storage, name: str) -> Tag:
     try:
         tag = Tag.model_validate_json(data)
     except pydantic.ValidationError as exc:
-        raise IntegrityError(f"tag file {path} is damaged: {_first_error(exc)}") from exc
+        raise IntegrityError(f"tag file {path} is damaged: {first_problem(exc, 'document')}") from exc
     if tag.name != name:
         raise IntegrityError(f"tag file {path} says it is tag {tag.name!r}")
     return tag
@@ -213,10 +197,4 @@ def read_config(storage: Storage) -> StoreConfig:
     try:
         return StoreConfig.model_validate_json(data)
     except pydantic.ValidationError as exc:
-        raise IntegrityError(f"store config {layout.CONFIG} is damaged: {_first_error(exc)}") from exc
-
-
-def _first_error(exc: pydantic.ValidationError) -> str:
-    error = exc.errors()[0]
-    where = ".".join(str(part) for part in error["loc"]) or "document"
-    return f"{where}: {error['msg']}"
+        raise IntegrityError(f"store config {layout.CONFIG} is damaged: {first_problem(exc, 'document')}") from exc

@@ -27,6 +27,7 @@ from litstore.errors import (
     SplitError,
     UnsupportedValueError,
     describe,
+    first_problem,
 )
 from litstore.format import codec, hashing
 from litstore.format import fields as field_format
@@ -209,7 +210,7 @@ def prepare_runs(
                 record = _as_mapping(raw, model)
             except pydantic.ValidationError as exc:
                 key = raw.get(config.key) if isinstance(raw, Mapping) else None
-                problems.add(SchemaError, position, key, f"does not fit the schema: {_first_error(exc)}")
+                problems.add(SchemaError, position, key, f"does not fit the schema: {first_problem(exc, 'record')}")
                 continue
             except TypeError as exc:
                 problems.add(SchemaError, position, None, str(exc))
@@ -298,9 +299,3 @@ def _extract_fields(
         for (name, _), value in zip(declared, found, strict=True):
             values[name].append(value)
     return True
-
-
-def _first_error(exc: pydantic.ValidationError) -> str:
-    error = exc.errors()[0]
-    where = ".".join(str(part) for part in error["loc"]) or "record"
-    return f"{where}: {error['msg']}"
