@@ -28,7 +28,7 @@ import multiprocessing
 import os
 import shutil
 import signal
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
@@ -116,17 +116,19 @@ def counting_chunk_writes(kill_at: int | None = None, when: str = "before") -> I
     original = litdata_writer.write_chunk_file
     written: list[str] = []
 
-    def write_chunk_file(directory: str, filename: str, data: bytes | bytearray) -> None:
+    def write_chunk_file(directory: str, filename: str, parts: Iterable[bytes | memoryview]) -> None:
+        parts = list(parts)
         written.append(filename)
         if len(written) == kill_at:
             if when == "before":
                 os.kill(os.getpid(), signal.SIGKILL)
             if when == "torn":
+                data = b"".join(parts)
                 with open(os.path.join(directory, filename), "wb") as out:
                     out.write(data[: len(data) // 2])
                     out.flush()
                 os.kill(os.getpid(), signal.SIGKILL)
-        original(directory, filename, data)
+        original(directory, filename, parts)
         if len(written) == kill_at and when == "after":
             os.kill(os.getpid(), signal.SIGKILL)
 

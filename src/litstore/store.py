@@ -57,8 +57,8 @@ if TYPE_CHECKING:
 
 Root = str | os.PathLike[str]
 
-#: Writes encode and sort records in runs of chunk_bytes of payload, and at least this many.
-_MIN_RUN_BYTES = 8 * 1024 * 1024
+#: Writes encode and sort records in runs of this much payload: what bounds a write's memory.
+_RUN_BYTES = 16 * 1024 * 1024
 
 
 class Store:
@@ -360,7 +360,7 @@ class Store:
 
     def _runs(self, records: Iterable[Any], progress: bool) -> Iterator[txn.Batch]:
         """``records`` validated and encoded, in runs of bounded size (see :func:`litstore.txn.prepare_runs`)."""
-        run_bytes = max(self.config.chunk_bytes, _MIN_RUN_BYTES)
+        run_bytes = _RUN_BYTES
         fields = self._head.fields  # the head's declared fields (add_fields may have added some)
         return txn.prepare_runs(records, self.config, self._head.model, False, run_bytes, fields)
 

@@ -14,9 +14,11 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable
 
 import numpy as np
+import pyarrow as pa
 import xxhash
 
 FINGERPRINT_MODULUS = 2**128
@@ -71,6 +73,15 @@ def key_hashes(keys: Iterable[str | int]) -> np.ndarray:
     )
 
 
+def str_key_hashes(keys: list[str]) -> np.ndarray:
+    """``key_hash`` of each of ``keys``, all of them ``str`` (the caller checked): a uint64 array."""
+    digest = xxhash.xxh3_64_intdigest
+    try:  # valid UTF-8, hashed in C loops
+        return np.fromiter(map(digest, map(str.encode, keys)), dtype=np.uint64, count=len(keys))
+    except UnicodeEncodeError:  # a lone surrogate: encoded with surrogatepass
+        return np.fromiter((digest(key.encode("utf-8", "surrogatepass")) for key in keys), np.uint64, len(keys))
+
+
 def split_unit(key: str | int) -> float:
     """A number in [0, 1) fixed by the key: where a hash split places it."""
     return xxhash.xxh3_64_intdigest(key_bytes(key), seed=_SPLIT_SEED) / 2.0**64
@@ -92,6 +103,12 @@ def content_hash(encoded: bytes | memoryview) -> bytes:
     return xxhash.xxh3_128_digest(encoded)
 
 
+def content_hash_rows(encoded: Iterable[bytes | memoryview]) -> np.ndarray:
+    """``content_hash`` of each encoding, as the rows of an ``(n, 16)`` uint8 array (one C loop)."""
+    digests = b"".join(map(xxhash.xxh3_128_digest, encoded))
+    return np.frombuffer(digests, dtype=np.uint8).reshape(-1, 16)
+
+
 def pair_hash(key: str | int, content: bytes) -> int:
     """The fingerprint contribution of one live record."""
     return xxhash.xxh3_128_intdigest(key_bytes(key) + content)
@@ -99,8 +116,22 @@ def pair_hash(key: str | int, content: bytes) -> int:
 
 def fingerprint_sum(keys: Iterable[str | int], contents: Iterable[bytes]) -> int:
     """Sum modulo 2**128 of ``pair_hash`` over matching keys and content hashes."""
+    if isinstance(keys, list) and set(map(type, keys)) <= {str}:
+        try:  # the common case in C loops: valid UTF-8 str keys
+            pairs = map(bytes.__add__, map(str.encode, keys), contents)
+            return sum(map(xxhash.xxh3_128_intdigest, pairs)) % FINGERPRINT_MODULUS
+        except UnicodeEncodeError:
+            pass  # a lone surrogate: encoded with surrogatepass below
     return sum(map(pair_hash, keys, contents)) % FINGERPRINT_MODULUS
 
 
 def fingerprint_hex(value: int) -> str:
     return f"{value % FINGERPRINT_MODULUS:032x}"
+
+
+def content_hashes(payloads: pa.LargeBinaryArray) -> list[bytes]:
+    """``content_hash`` of each record encoding in ``payloads``, in order."""
+    data = memoryview(payloads.buffers()[2] or b"")
+    ends = np.frombuffer(payloads.buffers()[1], np.int64, count=len(payloads) + 1, offset=8 * payloads.offset).tolist()
+    digest = xxhash.xxh3_128_digest
+    return [digest(data[start:end]) for start, end in itertools.pairwise(ends)]

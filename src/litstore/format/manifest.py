@@ -10,7 +10,9 @@ Columns of a manifest (one row per live record)::
     row           uint32         item index inside the chunk
 
 then one nullable column per declared field of the version, in declaration order
-(see :mod:`litstore.format.fields`).
+(see :mod:`litstore.format.fields`). Rows a writer holds in memory (staged fragments,
+commit plans) keep ``chunk`` dictionary-encoded (:data:`HELD_CHUNK`); files always
+hold plain strings.
 
 A delta (``manifests/<v>-<txn>.parquet``) holds what version ``v`` changed, with two
 more columns: ``change`` (a :class:`ChangeKind` value) and ``version`` (``v``). The
@@ -22,10 +24,12 @@ Pure: no I/O beyond bytes in and out.
 from __future__ import annotations
 
 import io
+import tempfile
 from collections.abc import Sequence
 from enum import StrEnum
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -33,6 +37,15 @@ from litstore.errors import IntegrityError
 from litstore.format.fields import arrow_type
 
 MANIFEST_COLUMNS = ("key", "key_hash", "content_hash", "split", "chunk", "row")
+
+# A chunk name is ~64 characters and a chunk holds thousands of records: as plain
+# strings the chunk column alone takes more memory than all the other columns together
+# (~135 MiB for 2,000,000 records), dictionary-encoded 4 bytes a record.
+HELD_CHUNK = pa.dictionary(pa.int32(), pa.string())
+
+# Rows of a held table written to Parquet at a time (one row group each): its plain
+# chunk strings exist for one slice at a time.
+_SLICE_ROWS = 1 << 16
 
 
 class ChangeKind(StrEnum):
@@ -56,6 +69,35 @@ def schema(key_type: str, fields: dict[str, str] | None = None) -> pa.Schema:
     ]
     columns.extend((name, arrow_type(type_name)) for name, type_name in (fields or {}).items())
     return pa.schema(columns)
+
+
+def held_schema(key_type: str, fields: dict[str, str] | None = None) -> pa.Schema:
+    """:func:`schema` with ``chunk`` dictionary-encoded: manifest rows as a writer holds them in memory."""
+    plain = schema(key_type, fields)
+    return plain.set(plain.get_field_index("chunk"), pa.field("chunk", HELD_CHUNK))
+
+
+def held_delta_schema(key_type: str, fields: dict[str, str] | None = None) -> pa.Schema:
+    """:func:`delta_schema` with ``chunk`` dictionary-encoded (see :func:`held_schema`)."""
+    plain = delta_schema(key_type, fields)
+    return plain.set(plain.get_field_index("chunk"), pa.field("chunk", HELD_CHUNK))
+
+
+def decoded(table: pa.Table) -> pa.Table:
+    """``table`` with dictionary-encoded columns decoded, as files and queries hold them."""
+    target = pa.schema(
+        field.with_type(field.type.value_type) if pa.types.is_dictionary(field.type) else field
+        for field in table.schema
+    )
+    return table if target == table.schema else table.cast(target)
+
+
+def chunk_codes(column: pa.Array | pa.ChunkedArray) -> tuple[list[str], np.ndarray]:
+    """A ``chunk`` column (plain or dictionary-encoded) as its distinct names and each row's number among them."""
+    array = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    if not pa.types.is_dictionary(array.type):
+        array = array.dictionary_encode()
+    return array.dictionary.to_pylist(), array.indices.to_numpy(zero_copy_only=False)
 
 
 def columns(fields: dict[str, str] | None = None) -> list[str]:
@@ -88,9 +130,24 @@ def make_delta(
 
 
 def to_parquet(table: pa.Table) -> bytes:
-    sink = io.BytesIO()
-    pq.write_table(table, sink, compression="zstd")
-    return sink.getvalue()
+    """The Parquet bytes of ``table``, its dictionary-encoded columns stored as plain ones.
+
+    Written in slices, so a held table is decoded one slice at a time, never whole.
+
+    Raises:
+        OSError: the temporary file the bytes are spooled through cannot be written.
+    """
+    target = decoded(table.slice(0, 0)).schema
+    # Spooled through a file: the bytes exist once, not again in a growing buffer.
+    with tempfile.TemporaryFile() as spool:
+        if target == table.schema or not table.num_rows:
+            pq.write_table(table.cast(target), spool, compression="zstd")
+        else:
+            with pq.ParquetWriter(spool, target, compression="zstd") as writer:
+                for start in range(0, table.num_rows, _SLICE_ROWS):
+                    writer.write_table(decoded(table.slice(start, _SLICE_ROWS)))
+        spool.seek(0)
+        return spool.read()
 
 
 def from_parquet(
@@ -118,3 +175,59 @@ def from_parquet(
         if not kinds <= {str(kind) for kind in ChangeKind}:
             raise IntegrityError(f"manifest file {path} is damaged: unknown change kinds {sorted(map(str, kinds))}")
     return table
+
+
+#: The columns :func:`columns_from_parquet` leaves dictionary-encoded.
+READ_ENCODED = ("split", "change")
+
+
+def columns_from_parquet(
+    data: bytes, path: str, key_type: str, names: Sequence[str], skip: ChangeKind | None = None
+) -> pa.Table:
+    """Only the columns ``names`` of a manifest or delta file (fixed columns, or a delta's ``change``).
+
+    For readers of many rows that keep few of them (a diff needs key, content hash,
+    split and change of the rows a commit touched): decoding only those columns, and
+    leaving ``split`` and ``change`` dictionary-encoded (:data:`READ_ENCODED`) until
+    the reader has filtered, costs a fraction of :func:`from_parquet`. With ``skip``,
+    a delta's row groups whose statistics say every row has that change are not read
+    at all (a writer that puts the ``moved`` rows of a large rewrite together in row
+    groups of their own lets a diff skip them).
+
+    Raises:
+        IntegrityError: the file at ``path`` is damaged or lacks one of ``names``.
+    """
+    expected = delta_schema(key_type)
+    target = pa.schema(
+        [
+            field.with_type(pa.dictionary(pa.int32(), field.type)) if field.name in READ_ENCODED else field
+            for field in (expected.field(name) for name in names)
+        ]
+    )
+    try:
+        encoded = [name for name in READ_ENCODED if name in names]
+        file = pq.ParquetFile(pa.BufferReader(data), read_dictionary=encoded)
+        groups = list(range(file.num_row_groups))
+        if skip is not None:
+            groups = [group for group in groups if not _all_of(file.metadata.row_group(group), "change", str(skip))]
+        table = file.read_row_groups(groups, columns=list(names)).select(list(names)).cast(target)
+    except (pa.ArrowException, OSError, KeyError, ValueError) as exc:
+        raise IntegrityError(f"manifest file {path} is damaged: {exc}") from exc
+    if "change" in names:
+        kinds = {kind for chunk in table.column("change").chunks for kind in chunk.dictionary.to_pylist()}
+        if not kinds <= {str(kind) for kind in ChangeKind}:
+            raise IntegrityError(f"manifest file {path} is damaged: unknown change kinds {sorted(map(str, kinds))}")
+    return table
+
+
+
+def _all_of(group: pq.RowGroupMetaData, name: str, value: str) -> bool:
+    """Whether the statistics of row group ``group`` say every value of column ``name`` is ``value``."""
+    for index in range(group.num_columns):
+        column = group.column(index)
+        if column.path_in_schema == name:
+            stats = column.statistics
+            return bool(
+                stats is not None and stats.has_min_max and stats.null_count == 0 and stats.min == stats.max == value
+            )
+    return False

@@ -10,7 +10,6 @@ not damage (a flipped bit decodes to a plausible record more often than not).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -18,6 +17,7 @@ import pyarrow as pa
 
 from litstore.errors import IntegrityError, describe
 from litstore.format import hashing
+from litstore.format import manifest as manifest_format
 
 
 @dataclass(frozen=True)
@@ -39,7 +39,7 @@ class KeyIndex:
         Raises:
             IntegrityError: some rows hold a key hash that is not their key's.
         """
-        chunk_column = manifest.column("chunk").combine_chunks().dictionary_encode()
+        chunk_names, chunk_codes = manifest_format.chunk_codes(manifest.column("chunk"))
         hashes = manifest.column("key_hash").to_numpy()
         keys = manifest.column("key").to_pylist()
         wrong = np.flatnonzero(hashing.key_hashes(keys) != hashes)
@@ -51,10 +51,10 @@ class KeyIndex:
         order = np.argsort(hashes, kind="stable")
         return cls(
             hashes=np.ascontiguousarray(hashes[order]),
-            chunk_ids=chunk_column.indices.to_numpy().astype(np.uint32)[order],
+            chunk_ids=chunk_codes.astype(np.uint32)[order],
             rows=manifest.column("row").to_numpy().astype(np.uint32)[order],
             contents=content_matrix(manifest.column("content_hash"))[order],
-            chunks=tuple(chunk_column.dictionary.to_pylist()),
+            chunks=tuple(chunk_names),
         )
 
     def __len__(self) -> int:
@@ -100,42 +100,51 @@ class KeyIndex:
         ``added`` needs the ``key_hash``, ``content_hash``, ``chunk`` and ``row`` columns.
         Costs O(n + m log m) for ``m`` added entries: one merge, no full re-sort.
         """
-        hashes = added.column("key_hash").to_numpy()
-        chunk_names: Sequence[str] = added.column("chunk").to_pylist()
-        rows = added.column("row").to_numpy()
-        contents = content_matrix(added.column("content_hash"))
+        chunk_names, codes = manifest_format.chunk_codes(added.column("chunk"))
         chunk_table = list(self.chunks)
         known = {name: number for number, name in enumerate(chunk_table)}
-        new_ids = np.empty(len(chunk_names), dtype=np.uint32)
-        for position, name in enumerate(chunk_names):
+        numbers = np.empty(len(chunk_names), dtype=np.uint32)
+        for code, name in enumerate(chunk_names):
             number = known.get(name)
             if number is None:
                 number = known[name] = len(chunk_table)
                 chunk_table.append(name)
-            new_ids[position] = number
+            numbers[code] = number
+        hashes = added.column("key_hash").to_numpy()
+        order = np.argsort(hashes, kind="stable")
+        sorted_hashes = hashes[order]
+        del hashes
+        new_ids = numbers[codes[order]]
+        new_rows = added.column("row").to_numpy()[order].astype(np.uint32, copy=False)
+        new_contents = content_matrix(added.column("content_hash"), copy=False)[order]
         keep_hashes, keep_ids, keep_rows, keep_contents = self.hashes, self.chunk_ids, self.rows, self.contents
         if len(removed):
             keep = np.ones(len(self.hashes), dtype=bool)
             keep[removed] = False
             keep_hashes, keep_ids, keep_rows = keep_hashes[keep], keep_ids[keep], keep_rows[keep]
             keep_contents = keep_contents[keep]
-        order = np.argsort(hashes, kind="stable")
-        sorted_hashes = hashes[order]
+        if not len(keep_hashes):  # the first version: nothing to merge into
+            return KeyIndex(sorted_hashes, new_ids, new_rows, new_contents, tuple(chunk_table))
         at = np.searchsorted(keep_hashes, sorted_hashes, "right")
         return KeyIndex(
             hashes=np.insert(keep_hashes, at, sorted_hashes),
-            chunk_ids=np.insert(keep_ids, at, new_ids[order]),
-            rows=np.insert(keep_rows, at, rows.astype(np.uint32)[order]),
-            contents=np.insert(keep_contents, at, contents[order], axis=0),
+            chunk_ids=np.insert(keep_ids, at, new_ids),
+            rows=np.insert(keep_rows, at, new_rows),
+            contents=np.insert(keep_contents, at, new_contents, axis=0),
             chunks=tuple(chunk_table),
         )
 
 
-def content_matrix(column: pa.ChunkedArray | pa.Array) -> np.ndarray:
-    """A ``binary(16)`` content-hash column as an ``(n, 16)`` uint8 array (one copy, no Python objects)."""
+def content_matrix(column: pa.ChunkedArray | pa.Array, copy: bool = True) -> np.ndarray:
+    """A ``binary(16)`` content-hash column as an ``(n, 16)`` uint8 array (no Python objects).
+
+    With ``copy=False`` the array may be a view of the column's buffer, for a caller
+    that copies it anyway (a reordering ``take``).
+    """
     array = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
     if array.null_count:
         raise IntegrityError("a manifest has records without a content hash")
     width = array.type.byte_width
     data = np.frombuffer(array.buffers()[1], dtype=np.uint8)
-    return data[array.offset * width : (array.offset + len(array)) * width].reshape(-1, width).copy()
+    matrix = data[array.offset * width : (array.offset + len(array)) * width].reshape(-1, width)
+    return matrix.copy() if copy else matrix

@@ -144,32 +144,36 @@ def _relocate(head: Snapshot, current: Plan, progress: bool) -> tuple[Plan, Stag
     if not len(positions):
         return current, None
     rows = current.rows.take(pa.array(positions))
-    chunk_column = rows.column("chunk").combine_chunks().dictionary_encode()
-    names = chunk_column.dictionary.to_pylist()
+    names, chunk_ids = manifest_format.chunk_codes(rows.column("chunk"))
     payloads: list[bytes] = [b""] * len(positions)
-    for chunk_id, where, chunk_rows in by_chunk(chunk_column.indices.to_numpy(), rows.column("row").to_numpy()):
+    for chunk_id, where, chunk_rows in by_chunk(chunk_ids, rows.column("row").to_numpy()):
         for position, payload in zip(where.tolist(), head.chunk_cache.payloads(names[chunk_id], chunk_rows)):
             payloads[position] = bytes(payload)
     batch = Batch(
         keys=rows.column("key").to_pylist(),
         key_hashes=rows.column("key_hash").to_numpy(),
         splits=rows.column("split").to_pylist(),
-        payloads=payloads,
+        payloads=pa.array(payloads, pa.large_binary()),
         content_hashes=rows.column("content_hash").to_pylist(),
     )
     moves = stage(head.storage, head.config, batch, progress, "moving records", current.chunk_bytes)
-    chunk_values = current.rows.column("chunk").to_pylist()
-    row_values = current.rows.column("row").to_numpy().copy()
     # The stager lists rows in the order it wrote them: match them to the plan by key.
     where = pc.index_in(rows.column("key"), value_set=moves.rows.column("key")).to_numpy(zero_copy_only=False)
-    moved_chunks = moves.rows.column("chunk").take(pa.array(where)).to_pylist()
-    moved_rows = moves.rows.column("row").take(pa.array(where)).to_pylist()
-    for position, chunk, row in zip(positions.tolist(), moved_chunks, moved_rows, strict=True):
-        chunk_values[position] = chunk
-        row_values[position] = row
-    rows_table = current.rows.set_column(
-        current.rows.schema.get_field_index("chunk"), "chunk", pa.array(chunk_values, pa.string())
-    ).set_column(current.rows.schema.get_field_index("row"), "row", pa.array(row_values, pa.uint32()))
+    old_names, old_ids = manifest_format.chunk_codes(current.rows.column("chunk"))
+    new_names, new_ids = manifest_format.chunk_codes(moves.rows.column("chunk"))
+    ids = old_ids.astype(np.int64)
+    ids[positions] = new_ids[where] + len(old_names)
+    row_values = current.rows.column("row").to_numpy().copy()
+    row_values[positions] = moves.rows.column("row").to_numpy()[where]
+    used, ids = np.unique(ids, return_inverse=True)  # the dropped chunks leave the dictionary
+    every_name = old_names + new_names
+    chunk_column = pa.DictionaryArray.from_arrays(
+        pa.array(ids.astype(np.int32)), pa.array([every_name[i] for i in used.tolist()], pa.string())
+    )
+    schema = current.rows.schema
+    rows_table = current.rows.set_column(schema.get_field_index("chunk"), "chunk", chunk_column).set_column(
+        schema.get_field_index("row"), "row", pa.array(row_values, pa.uint32())
+    )
     relocated = Plan(
         rows_table,
         np.zeros(len(current.relocate), dtype=bool),
@@ -227,7 +231,9 @@ def publish(
     pending_rows = parent.pending_rows + delta.num_rows
     checkpoint_path = None
     if number % config.checkpoint_interval == 0 or pending_rows > sum(counts.values()):
-        full = query.compose(config.key_type, head.manifest(), [delta], declared_fields(config, parent))
+        full = query.compose(
+            config.key_type, head.manifest(), [manifest_format.decoded(delta)], declared_fields(config, parent)
+        )
         checkpoint_path = layout.manifest_checkpoint(number, transaction)
         storage.write(checkpoint_path, manifest_format.to_parquet(full))
         written.append(checkpoint_path)
@@ -244,7 +250,7 @@ def publish(
         created_at=datetime.now(UTC),
         counts=counts,
         fingerprint=hashing.fingerprint_hex(int(parent.fingerprint, 16) + _fingerprint_change(current)),
-        added=current.kinds().count(ChangeKind.ADDED),
+        added=current.count(ChangeKind.ADDED),
         replaced=len(current.replaced),
         removed=len(current.deleted),
         transaction=transaction,
@@ -354,8 +360,14 @@ def _next_index(head: Snapshot, current: Plan) -> KeyIndex | None:
 
 
 def _count_changes(current: Plan) -> dict[str, int]:
-    added = current.rows.filter(pc.equal(current.rows.column("change"), str(ChangeKind.ADDED)))
-    counts = {entry["values"]: entry["counts"] for entry in added.column("split").value_counts().to_pylist()}
+    added = pc.cast(pc.equal(current.rows.column("change"), str(ChangeKind.ADDED)), pa.int64())
+    per_split = (
+        pa.table({"split": current.rows.column("split"), "added": added})
+        .group_by("split")
+        .aggregate([("added", "sum")])
+    )
+    counts = dict(zip(per_split.column("split").to_pylist(), per_split.column("added_sum").to_pylist(), strict=True))
+    counts = {split: count for split, count in counts.items() if count}
     for split in current.deleted.splits:
         counts[split] = counts.get(split, 0) - 1
     return counts
@@ -375,8 +387,11 @@ def _fields(snapshot: Snapshot) -> dict[str, str]:
 
 
 def _delta(key_type: str, number: int, current: Plan, fields: dict[str, str]) -> pa.Table:
-    """The delta of the version: the rows it writes (added, replaced, moved) and those it deletes."""
-    target = manifest_format.schema(key_type, fields)
+    """The delta of the version: the rows it writes (added, replaced, moved) and those it deletes.
+
+    Held like the plan's rows, ``chunk`` dictionary-encoded; files get plain strings.
+    """
+    target = manifest_format.held_schema(key_type, fields)
     rows, deleted = current.rows, current.deleted
     parts = [rows.select(target.names).cast(target).append_column("change", rows.column("change"))]
     if len(deleted):
@@ -394,7 +409,7 @@ def _delta(key_type: str, number: int, current: Plan, fields: dict[str, str]) ->
         parts.append(table.append_column("change", pa.array([str(ChangeKind.DELETED)] * count, pa.string())))
     delta = pa.concat_tables(parts)
     delta = delta.append_column("version", pa.array(np.full(delta.num_rows, number, dtype=np.int64)))
-    return delta.cast(manifest_format.delta_schema(key_type, fields))
+    return delta.cast(manifest_format.held_delta_schema(key_type, fields))
 
 
 def _version_chunks(

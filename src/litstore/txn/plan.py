@@ -21,7 +21,8 @@ import pyarrow.compute as pc
 from litstore import query
 from litstore.errors import ConflictError, DuplicateKeyError, KeyNotFoundError, SplitError, describe
 from litstore.format import hashing
-from litstore.format.manifest import ChangeKind, columns, schema
+from litstore.format import manifest as manifest_format
+from litstore.format.manifest import ChangeKind, columns, held_schema
 from litstore.format.models import declared_fields
 from litstore.txn.records import Batch
 from litstore.txn.stage import StagedFragment
@@ -56,7 +57,8 @@ class Plan:
 
     Attributes:
         rows: the delta rows of every record the version writes (manifest columns
-            plus ``change``: added, replaced or moved), located where they are now.
+            plus ``change``: added, replaced or moved), located where they are now;
+            ``chunk`` dictionary-encoded (:func:`~litstore.format.manifest.held_schema`).
         relocate: for each of ``rows``, whether its chunk is dropped, so its bytes
             must be copied into a new fragment before committing.
         replaced, deleted: the parent's records that leave.
@@ -80,8 +82,9 @@ class Plan:
     def empty(self) -> bool:
         return not self.rows.num_rows and not len(self.deleted)
 
-    def kinds(self) -> list[str]:
-        return list(self.rows.column("change").to_pylist())
+    def count(self, kind: ChangeKind) -> int:
+        """How many of :attr:`rows` are of change ``kind``."""
+        return int(pc.sum(pc.equal(self.rows.column("change"), str(kind))).as_py() or 0)
 
     def touched_keys(self) -> set[Any]:
         """Keys this version adds, replaces or deletes (not those it only moves)."""
@@ -181,7 +184,8 @@ def plan(
             moved.append_column("change", pa.array([str(ChangeKind.MOVED)] * moved.num_rows, pa.string())),
         ]
     )
-    relocate = np.asarray(pc.is_in(rows.column("chunk"), pa.array(sorted(dropped | staged_dropped), pa.string())))
+    chunk_names, chunk_codes = manifest_format.chunk_codes(rows.column("chunk"))
+    relocate = np.isin(np.array(chunk_names, dtype=object), list(dropped | staged_dropped))[chunk_codes]
     staged_chunks: dict[str, list[Any]] = {}
     for fragment in fragments:
         for split, chunks in fragment.chunks.items():
@@ -244,7 +248,7 @@ def without_unchanged(parent: Snapshot, batch: Batch) -> Batch:
 
 
 def _staged_rows(fragments: Sequence[StagedFragment], key_type: str, fields: dict[str, str]) -> pa.Table:
-    target = schema(key_type, fields)
+    target = held_schema(key_type, fields)
     tables = []
     for fragment in fragments:
         rows = fragment.rows
@@ -265,11 +269,11 @@ def _survivors(parent: Snapshot, dropped: frozenset[str], leaving: set[Any]) -> 
     """The parent's live rows in ``dropped`` chunks that stay in the new version."""
     fields = declared_fields(parent.config, parent.version)
     if not dropped:
-        return schema(parent.config.key_type, fields).empty_table()
+        return held_schema(parent.config.key_type, fields).empty_table()
     survivors = query.rows_in_chunks(parent.manifest(), sorted(dropped))
     if leaving:
         staying = pc.invert(
             pc.is_in(survivors.column("key"), pa.array(list(leaving), survivors.schema.field("key").type))
         )
         survivors = survivors.filter(staying)
-    return survivors.select(columns(fields)).cast(schema(parent.config.key_type, fields))
+    return survivors.select(columns(fields)).cast(held_schema(parent.config.key_type, fields))

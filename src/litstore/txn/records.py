@@ -4,6 +4,13 @@
 :class:`Batch` ready to write or raises one :class:`~litstore.errors.InvalidRecordError`
 that names the offending positions and keys. Nothing is written before it returns,
 so a rejected batch leaves the store exactly as it was.
+
+Records arrive one by one (dicts, pydantic models) or as a table (Arrow, pandas,
+polars), whose rows are the records. A table of plain columns is checked and
+encoded column by column (:mod:`litstore.format.columnar`), with the same bytes and
+the same verdicts as record by record; anything that path cannot decide at once
+(an invalid or duplicate key, a bad split, a column type it does not encode) goes
+through the record-by-record path, which names every culprit.
 """
 
 from __future__ import annotations
@@ -14,6 +21,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pydantic
 from tqdm.auto import tqdm
 
@@ -29,7 +37,7 @@ from litstore.errors import (
     describe,
     first_problem,
 )
-from litstore.format import codec, hashing
+from litstore.format import codec, columnar, hashing
 from litstore.format import fields as field_format
 from litstore.format.models import FieldSplit, HashSplit, StoreConfig
 
@@ -43,14 +51,15 @@ _PROBLEM_ORDER: tuple[type[InvalidRecordError], ...] = (KeyFieldError, Duplicate
 class Batch:
     """Validated records, encoded and hashed, in input order.
 
-    ``fields`` holds the value of each declared field of each record (an Arrow array
-    per field, typed as its manifest column).
+    ``payloads`` holds each record's canonical bytes (one contiguous Arrow array, so
+    chunks are built from it in bulk); ``fields`` the value of each declared field of
+    each record (an Arrow array per field, typed as its manifest column).
     """
 
     keys: list[Any]
     key_hashes: np.ndarray
     splits: list[str]
-    payloads: list[bytes]
+    payloads: pa.LargeBinaryArray
     content_hashes: list[bytes]
     fields: dict[str, pa.Array] = field(default_factory=dict)
 
@@ -64,7 +73,7 @@ class Batch:
             keys=[self.keys[i] for i in indices],
             key_hashes=self.key_hashes[keep],
             splits=[self.splits[i] for i in indices],
-            payloads=[self.payloads[i] for i in indices],
+            payloads=self.payloads.filter(pa.array(keep, pa.bool_())),
             content_hashes=[self.content_hashes[i] for i in indices],
             fields={name: values.filter(pa.array(keep, pa.bool_())) for name, values in self.fields.items()},
         )
@@ -159,7 +168,7 @@ def prepare(
             invalid; the error names them. Of several kinds, the first in that order.
     """
     runs = list(prepare_runs(records, config, model, progress, run_bytes=None, fields=fields))
-    return runs[0] if runs else Batch([], np.empty(0, np.uint64), [], [], [])
+    return runs[0] if runs else Batch([], np.empty(0, np.uint64), [], pa.array([], pa.large_binary()), [])
 
 
 def prepare_runs(
@@ -185,79 +194,219 @@ def prepare_runs(
         KeyFieldError, DuplicateKeyError, SchemaError, SplitError: some records are
             invalid; the error names them. Of several kinds, the first in that order.
     """
-    _check_batch(records)
     declared = list((config.fields if fields is None else fields).items())
-    values: dict[str, list[Any]] = {name: [] for name, _ in declared}
-    problems = _Problems()
-    keys: list[Any] = []
-    splits: list[str] = []
-    payloads: list[bytes] = []
-    contents: list[bytes] = []
-    size = 0
-    first_position: dict[Any, int] = {}
-    rule = config.splits
-    by_key = isinstance(rule, HashSplit)  # splits of a run are then computed at once, from its keys
-    content_hash = hashing.content_hash
-    encode = codec.encode
-    key_field = config.key
-    str_keys = config.key_type == "str"
-    items = tqdm(records, desc="encoding", unit="rec") if progress else records
-    for position, raw in enumerate(items):
-        if model is None and type(raw) is dict:
+    table = columnar.as_table(records)
+    if table is None:
+        _check_batch(records)
+    builder = _RunBuilder(config, model, run_bytes, declared)
+    bar = tqdm(total=table.num_rows if table is not None else None, desc="encoding", unit="rec", disable=not progress)
+    with bar:
+        blocks = _table_blocks(table, run_bytes) if table is not None else _record_blocks(records, builder)
+        for position, block in blocks:
+            builder.add_block(position, block)
+            bar.update(len(block))
+            if builder.full():
+                yield builder.take()
+    builder.raise_problems()
+    if builder.pending() or run_bytes is None:
+        yield builder.take()
+
+
+#: Records checked and encoded together on the column-wise path (the first blocks are smaller).
+_BLOCK_RECORDS = 4096
+
+
+def _table_blocks(table: pa.Table, run_bytes: int | None) -> Iterator[tuple[int, pa.Table]]:
+    """``(position of the first row, rows)``: slices of ``table`` of a run or less each."""
+    count = table.num_rows
+    step = count if run_bytes is None else max(1, run_bytes * count // max(table.nbytes, 1))
+    for start in range(0, count, max(step, 1)):
+        yield start, table.slice(start, step)
+
+
+def _record_blocks(records: Iterable[Any], builder: _RunBuilder) -> Iterator[tuple[int, list[Any]]]:
+    """``(position of the first record, records)``: blocks small enough that one never outgrows a run by much."""
+    block: list[Any] = []
+    start = 0
+    limit = 64
+    for position, record in enumerate(records):
+        block.append(record)
+        if len(block) >= limit:
+            yield start, block
+            start, block = position + 1, []
+            limit = builder.block_records()
+    if block:
+        yield start, block
+
+
+class _RunBuilder:
+    """Collects checked, encoded records into runs of about ``run_bytes`` of payload, noting every problem.
+
+    Blocks of records go column-wise when they can (:func:`_table_batch`), record by
+    record otherwise; both paths give the same bytes and the same verdicts.
+    """
+
+    def __init__(
+        self,
+        config: StoreConfig,
+        model: type[pydantic.BaseModel] | None,
+        run_bytes: int | None,
+        declared: list[tuple[str, str]],
+    ) -> None:
+        self.config = config
+        self.model = model
+        self.run_bytes = run_bytes
+        self.declared = declared
+        self.problems = _Problems()
+        self.first_position: dict[Any, int] = {}  # key -> input position, within the current run
+        self.pieces: list[Batch] = []
+        self.size = 0  # payload bytes in the current run
+        self.seen_records = 0
+        self.seen_bytes = 0
+        self._reset_records()
+
+    def _reset_records(self) -> None:
+        self.keys: list[Any] = []
+        self.splits: list[str] = []
+        self.payloads: list[bytes] = []
+        self.contents: list[bytes] = []
+        self.values: dict[str, list[Any]] = {name: [] for name, _ in self.declared}
+
+    def block_records(self) -> int:
+        """How many records the next block of a record stream should hold."""
+        if self.run_bytes is None or not self.seen_bytes:
+            return _BLOCK_RECORDS
+        average = self.seen_bytes / max(self.seen_records, 1)
+        return int(max(1, min(_BLOCK_RECORDS, self.run_bytes // 4 / max(average, 1))))
+
+    def add_block(self, position: int, block: pa.Table | list[Any]) -> None:
+        table = block if isinstance(block, pa.Table) else None
+        if table is None and self.model is None:
+            table = columnar.from_dicts(block)
+        piece = None if table is None or self.model is not None else _table_batch(table, self.config, self.declared)
+        if piece is not None:
+            self._add_piece(position, piece)
+            return
+        rows = _table_rows(block) if isinstance(block, pa.Table) else block
+        for offset, raw in enumerate(rows):
+            self._add_record(position + offset, raw)
+
+    def _add_piece(self, position: int, piece: Batch) -> None:
+        first_position = self.first_position
+        clash = [
+            (index, key)
+            for index, key in enumerate(piece.keys)
+            if first_position.setdefault(key, position + index) != position + index
+        ]
+        for index, key in clash:
+            self.problems.add(DuplicateKeyError, position + index, key, f"same key as position {first_position[key]}")
+        size = _payload_bytes(piece)
+        self._count(len(piece), size)
+        if not self.problems.found:
+            self.pieces.append(piece)
+            self.size += size
+
+    def _count(self, records: int, size: int) -> None:
+        self.seen_records += records
+        self.seen_bytes += size
+
+    def _add_record(self, position: int, raw: Any) -> None:
+        config = self.config
+        problems = self.problems
+        key_field = config.key
+        if self.model is None and type(raw) is dict:
             record = raw
         else:
             try:
-                record = _as_mapping(raw, model)
+                record = _as_mapping(raw, self.model)
             except pydantic.ValidationError as exc:
-                key = raw.get(config.key) if isinstance(raw, Mapping) else None
+                key = raw.get(key_field) if isinstance(raw, Mapping) else None
                 problems.add(SchemaError, position, key, f"does not fit the schema: {first_problem(exc, 'record')}")
-                continue
+                return
             except TypeError as exc:
                 problems.add(SchemaError, position, None, str(exc))
-                continue
+                return
         key = record.get(key_field)
-        if not (str_keys and type(key) is str and key.isascii()):  # the common case needs no more checks
+        if not (config.key_type == "str" and type(key) is str and key.isascii()):  # the common case needs no more
             key, reason = _checked_key(record, config)
             if reason is not None:
                 problems.add(KeyFieldError, position, None, reason)
-                continue
+                return
             if type(record[key_field]) is not type(key):  # np.int64(5) is stored as the key 5 it stands for
                 record = {**record, key_field: key}
-        earlier = first_position.setdefault(key, position)
+        earlier = self.first_position.setdefault(key, position)
         if earlier != position:
             problems.add(DuplicateKeyError, position, key, f"same key as position {earlier}")
-            continue
+            return
+        rule = config.splits
         try:
-            split = "" if by_key else rule.assign(key, record)
+            split = "" if isinstance(rule, HashSplit) else rule.assign(key, record)
         except KeyError:
             assert isinstance(rule, FieldSplit)
             problems.add(SplitError, position, key, f"no split field {rule.field!r}")
-            continue
+            return
         except ValueError as exc:
             problems.add(SplitError, position, key, f"unknown split {exc.args[0]!r}, expected one of {rule.names}")
-            continue
+            return
         try:
-            payload = encode(record)
+            payload = codec.encode(record)
         except UnsupportedValueError as exc:
             problems.add(SchemaError, position, key, str(exc))
-            continue
-        if declared and not _extract_fields(record, declared, values, problems, position, key):
-            continue
+            return
+        if self.declared and not _extract_fields(record, self.declared, self.values, problems, position, key):
+            return
+        self._count(1, len(payload))
         if problems.found:
-            continue  # keep looking for problems, but stop building output
-        keys.append(key)
-        splits.append(split)
-        payloads.append(payload)
-        contents.append(content_hash(payload))
-        size += len(payload)
-        if run_bytes is not None and size >= run_bytes:
-            yield _batch(keys, _hash_splits(rule, keys) if by_key else splits, payloads, contents, declared, values)
-            keys, splits, payloads, contents, size = [], [], [], [], 0
-            values = {name: [] for name, _ in declared}
-            first_position.clear()
-    problems.raise_first()
-    if keys or run_bytes is None:
-        yield _batch(keys, _hash_splits(rule, keys) if by_key else splits, payloads, contents, declared, values)
+            return  # keep looking for problems, but stop building output
+        self.keys.append(key)
+        self.splits.append(split)
+        self.payloads.append(payload)
+        self.contents.append(hashing.content_hash(payload))
+        self.size += len(payload)
+
+    def full(self) -> bool:
+        return self.run_bytes is not None and self.size >= self.run_bytes and not self.problems.found
+
+    def pending(self) -> bool:
+        return bool(self.pieces or self.keys)
+
+    def raise_problems(self) -> None:
+        self.problems.raise_first()
+
+    def take(self) -> Batch:
+        """The current run, as one batch in input order; the builder starts a new run."""
+        pieces = self.pieces
+        if self.keys or not pieces:
+            rule = self.config.splits
+            splits = rule.assign_all(self.keys) if isinstance(rule, HashSplit) else self.splits
+            pieces = [*pieces, _batch(self.keys, splits, self.payloads, self.contents, self.declared, self.values)]
+        self.pieces, self.size = [], 0
+        self.first_position.clear()
+        self._reset_records()
+        return pieces[0] if len(pieces) == 1 else _concat(pieces)
+
+
+def _payload_bytes(batch: Batch) -> int:
+    ends = batch.payloads.buffers()[1]
+    offsets = np.frombuffer(ends, np.int64, count=len(batch) + 1, offset=8 * batch.payloads.offset)
+    return int(offsets[-1] - offsets[0])
+
+
+def _concat(pieces: list[Batch]) -> Batch:
+    """The batches ``pieces``, one after the other, as one batch."""
+    return Batch(
+        keys=[key for piece in pieces for key in piece.keys],
+        key_hashes=np.concatenate([piece.key_hashes for piece in pieces]),
+        splits=[split for piece in pieces for split in piece.splits],
+        payloads=pa.concat_arrays([piece.payloads for piece in pieces]),
+        content_hashes=[content for piece in pieces for content in piece.content_hashes],
+        fields={name: pa.concat_arrays([piece.fields[name] for piece in pieces]) for name in pieces[0].fields},
+    )
+
+
+def _table_rows(table: pa.Table, step: int = 8192) -> Iterator[dict[str, Any]]:
+    for start in range(0, table.num_rows, step):
+        yield from table.slice(start, step).to_pylist()
 
 
 def _hash_splits(rule: object, keys: list[Any]) -> list[str]:
@@ -274,7 +423,48 @@ def _batch(
     values: dict[str, list[Any]],
 ) -> Batch:
     arrays = {name: pa.array(values[name], field_format.arrow_type(type_name)) for name, type_name in declared}
-    return Batch(keys, hashing.key_hashes(keys), splits, payloads, contents, arrays)
+    return Batch(keys, hashing.key_hashes(keys), splits, pa.array(payloads, pa.large_binary()), contents, arrays)
+
+
+def _table_batch(table: pa.Table, config: StoreConfig, declared: list[tuple[str, str]]) -> Batch | None:
+    """The batch of ``table``'s rows, checked and encoded column-wise; ``None`` if some row needs a closer look."""
+    names = table.column_names
+    if config.key not in names:
+        return None
+    key_column = table.column(config.key)
+    kind = key_column.type
+    if key_column.null_count:
+        return None
+    if config.key_type == "str":
+        if not (pa.types.is_string(kind) or pa.types.is_large_string(kind)):
+            return None
+    elif not pa.types.is_integer(kind) or (kind == pa.uint64() and pc.max(key_column).as_py() >= 2**63):
+        return None
+    keys = key_column.to_pylist()
+    key_hashes = hashing.key_hashes(keys)
+    if len(np.unique(key_hashes)) != len(keys):
+        return None  # a duplicate key (or two keys that share a hash): named record by record
+    rule = config.splits
+    if isinstance(rule, HashSplit):
+        splits = rule.assign_all(keys)
+    else:
+        assert isinstance(rule, FieldSplit)
+        if rule.field not in names or table.column(rule.field).null_count:
+            return None
+        splits = table.column(rule.field).to_pylist()
+        if not set(splits) <= set(rule.names):
+            return None
+    arrays = {}
+    for name, type_name in declared:
+        values = table.column(name).to_pylist() if name in names else [None] * table.num_rows
+        checked = [field_format.check_value(value, type_name) for value in values]
+        if any(reason is not None for _, reason in checked):
+            return None
+        arrays[name] = pa.array([value for value, _ in checked], field_format.arrow_type(type_name))
+    payloads = columnar.encode_table(table)
+    if payloads is None:
+        return None
+    return Batch(keys, key_hashes, splits, payloads, hashing.content_hashes(payloads), arrays)
 
 
 def _extract_fields(

@@ -105,10 +105,12 @@ def stage(
                         writer = writers[split] = ChunkWriter(
                             directory, transaction, prefix, numbers, chunk_bytes or config.chunk_bytes
                         )
-                    writer.add(run.payloads[i] for i in order.tolist())
+                    writer.add(run.payloads.take(pa.array(order)))
+                    _release_freed()
                     written.append(_rows_of(run, order, split, key_type))
                     bar.update(len(order))
             chunks = {split: tuple(writer.close()) for split, writer in sorted(writers.items())}
+            _release_freed()
             rows = _locate(written, chunks, config.key_type)
             if runs_seen > 1:  # within a run the input was checked already
                 twice = query.duplicate_keys(rows, hashes_are_true=True)
@@ -123,49 +125,68 @@ def stage(
     return StagedFragment(transaction, chunks, rows, hashing.fingerprint_hex(fingerprint))
 
 
+def _release_freed() -> None:
+    """Hand the memory Arrow has freed back to the system, so a long write stays within its bounds.
+
+    Arrow's allocator keeps freed blocks for reuse; a stream of runs, each copied
+    a few times, would otherwise hold hundreds of MiB it no longer uses
+    (``benchmarks/bench_ingest.py`` measures the peak).
+    """
+    pa.default_memory_pool().release_unused()
+
+
 def discard(storage: Storage, fragment: StagedFragment) -> None:
     """Remove a staged fragment that will never be committed."""
     storage.delete_tree(layout.fragment(fragment.transaction))
 
 
 def _rows_of(run: Batch, order: np.ndarray, split: str, key_type: pa.DataType) -> pa.Table:
-    positions = order.tolist()
+    taken = pa.array(order, pa.int64())
+    contents = pa.FixedSizeBinaryArray.from_buffers(
+        pa.binary(16), len(run), [None, pa.py_buffer(b"".join(run.content_hashes))]
+    )
     columns = {
-        "key": pa.array([run.keys[i] for i in positions], key_type),
+        "key": pa.array(run.keys, key_type).take(taken),
         "key_hash": pa.array(run.key_hashes[order], pa.uint64()),
-        "content_hash": pa.array([run.content_hashes[i] for i in positions], pa.binary(16)),
-        "split": pa.array([split] * len(positions), pa.string()),
+        "content_hash": contents.take(taken),
+        "split": pa.DictionaryArray.from_arrays(
+            pa.array(np.zeros(len(order), np.int32)), pa.array([split], pa.string())
+        ).cast(pa.string()),
     }
-    if run.fields:
-        taken = pa.array(order, pa.int64())
-        columns.update((name, values.take(taken)) for name, values in run.fields.items())
+    columns.update((name, values.take(taken)) for name, values in run.fields.items())
     return pa.table(columns)
 
 
 def _locate(written: list[pa.Table], chunks: dict[str, tuple[ChunkInfo, ...]], key_type: str) -> pa.Table:
-    """The manifest rows of everything written: each split's stream laid over its chunks."""
-    schema = manifest_format.schema(key_type)
+    """The manifest rows of everything written: each split's stream laid over its chunks.
+
+    ``chunk`` is dictionary-encoded (:func:`~litstore.format.manifest.held_schema`): a
+    few bytes a row instead of a ~64-character name. ``written`` is emptied.
+    """
+    schema = manifest_format.held_schema(key_type)
     if not written:
         return schema.empty_table()
+    for column in [column for column in written[0].schema if column.name not in schema.names]:
+        schema = schema.append(column)  # a declared field
     streams: dict[str, list[pa.Table]] = {}
     for table in written:
         streams.setdefault(table.column("split")[0].as_py(), []).append(table)
+    written.clear()
+    ordered = sorted(streams)
+    listed = [chunk for split in ordered for chunk in chunks[split]]
+    names = pa.array([chunk.filename for chunk in listed], pa.string())
+    first_chunk = 0
     parts = []
-    for split, tables in sorted(streams.items()):
-        stream = pa.concat_tables(tables)
-        listed = chunks[split]
-        counts = np.array([chunk.num_items for chunk in listed], dtype=np.int64)
+    for split in ordered:
+        stream = pa.concat_tables(streams.pop(split))  # zero-copy: the runs' tables stay as they are
+        counts = np.array([chunk.num_items for chunk in chunks[split]], dtype=np.int64)
         if int(counts.sum()) != stream.num_rows:
             raise IntegrityError(f"{int(counts.sum())} of {stream.num_rows} records of split {split!r} were written")
-        names = pa.DictionaryArray.from_arrays(
-            pa.array(np.repeat(np.arange(len(listed), dtype=np.int32), counts)),
-            pa.array([chunk.filename for chunk in listed], pa.string()),
-        ).cast(pa.string())
-        starts = np.repeat(np.cumsum(counts) - counts, counts)
-        rows = np.arange(stream.num_rows, dtype=np.int64) - starts
-        parts.append(stream.append_column("chunk", names).append_column("row", pa.array(rows, pa.uint32())))
-    for column in [column for column in written[0].schema if column.name not in schema.names]:
-        schema = schema.append(column)  # a declared field
+        numbers = np.arange(first_chunk, first_chunk + len(counts), dtype=np.int32)
+        first_chunk += len(counts)
+        located = pa.DictionaryArray.from_arrays(pa.array(np.repeat(numbers, counts)), names)
+        rows = np.arange(stream.num_rows, dtype=np.int64) - np.repeat(np.cumsum(counts) - counts, counts)
+        parts.append(stream.append_column("chunk", located).append_column("row", pa.array(rows, pa.uint32())))
     return pa.concat_tables(parts).select(schema.names).cast(schema)
 
 
@@ -184,30 +205,30 @@ def _check_landed(directory: str, prefix: str, rows: pa.Table) -> None:
     chunk's header must hold exactly the records its rows say, and a sample of records
     (every 32nd row and the last of each chunk) must sit, intact, exactly where its row
     says, which catches a record written to the wrong place without hashing every
-    record twice. Reads only headers and the sampled items: memory stays bounded.
+    record twice. Reads only headers and the sampled items, and looks at the rows as
+    columns: memory stays bounded by the sample.
     """
-    names = rows.column("chunk").to_pylist()
+    names, chunk_ids = manifest_format.chunk_codes(rows.column("chunk"))
     row_numbers = rows.column("row").to_numpy()
-    counts: dict[str, int] = {}
-    for name in names:
-        counts[name] = counts.get(name, 0) + 1
-    last = np.array([counts[name] - 1 for name in names], dtype=np.int64)
-    sample = np.flatnonzero((row_numbers % 32 == 0) | (row_numbers == last)).tolist()
-    contents, keys = rows.column("content_hash"), rows.column("key")
-    by_chunk: dict[str, list[int]] = {}
-    for position in sample:
-        by_chunk.setdefault(names[position], []).append(position)
-    for name, count in counts.items():
+    counts = np.bincount(chunk_ids, minlength=len(names))
+    sample = np.flatnonzero((row_numbers % 32 == 0) | (row_numbers == counts[chunk_ids] - 1))
+    sample = sample[np.argsort(chunk_ids[sample], kind="stable")]
+    sampled_rows = row_numbers[sample].tolist()
+    expected = rows.column("content_hash").take(pa.array(sample)).to_pylist()
+    bounds = np.searchsorted(chunk_ids[sample], np.arange(len(names) + 1)).tolist()
+    for chunk_id, name in enumerate(names):
+        count = int(counts[chunk_id])
+        if not count:
+            continue  # a name only the dictionary lists
         with open(os.path.join(directory, name.removeprefix(prefix + "/")), "rb") as handle:
             head = handle.read(4 * (count + 2))
             offsets = chunk_layout.header_offsets(head, name)
             if len(offsets) - 1 != count:
                 raise IntegrityError(f"chunk {name} holds {len(offsets) - 1} records, {count} were written to it")
-            for position in by_chunk.get(name, []):
-                row = int(row_numbers[position])
+            for at in range(bounds[chunk_id], bounds[chunk_id + 1]):
+                row = sampled_rows[at]
                 handle.seek(int(offsets[row]))
                 item = handle.read(int(offsets[row + 1] - offsets[row]))
-                if hashing.content_hash(chunk_layout.strip_item_header(item)) != contents[position].as_py():
-                    raise IntegrityError(
-                        f"record {keys[position].as_py()!r} did not land intact in chunk {name} row {row}"
-                    )
+                if hashing.content_hash(chunk_layout.strip_item_header(item)) != expected[at]:
+                    key = rows.column("key")[int(sample[at])].as_py()
+                    raise IntegrityError(f"record {key!r} did not land intact in chunk {name} row {row}")
