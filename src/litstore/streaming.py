@@ -58,7 +58,7 @@ from litstore.errors import IntegrityError, LitstoreError, StreamStateError, Ver
 from litstore.format import codec, hashing, layout
 from litstore.format.models import StoreConfig, Version
 from litstore.read.chunks import ChunkCache
-from litstore.read.decoded import DecodedChunk
+from litstore.read.decoded import DAMAGED, DecodedChunk
 from litstore.storage import Storage
 from litstore.storage.local import LocalStorage
 from litstore.txn import log
@@ -67,6 +67,9 @@ _STATE_KEY = "litstore"
 _RECORDS_FILE = "records.arrow"
 # Loader-state entries that hold the view's path: where the view lives is not part of what a state resumes.
 _VIEW_PATHS = ("input_dir_path", "cache_dir_path")
+
+
+_STREAMING_NEXT = StreamingDataset.__next__
 
 
 def decode_item(item: Any) -> Any:
@@ -286,16 +289,21 @@ class VersionDataset(StreamingDataset):
             [] if transform is None else list(transform) if isinstance(transform, list) else [transform]
         )
         super().__init__(input_dir, **kwargs)
-        # Local chunks (names relative to ``chunk_root``) are decoded a whole chunk at a time,
-        # read through the local storage backend and its checks; remote ones go through
-        # litdata's downloads.
+        # Local chunks (names relative to ``chunk_root``) are decoded a block of items at a
+        # time, read through the local storage backend and its checks; remote ones go
+        # through litdata's downloads.
         self._chunk_storage = LocalStorage(chunk_root) if chunk_root is not None else None
         self._decoded: DecodedChunk | None = None
         self._decoded_index = -1
+        self._decoded_start = 0  # litdata's number of the decoded chunk's first item
         self.identity = dict(identity)
         self._records_file = records_file
-        self._expected: memoryview | None = None  # opened lazily, in each process
+        # Memory-mapped here, so that DataLoader workers forked from this process share the
+        # mapping instead of each opening it; a worker that unpickles the dataset opens its own.
+        self._expected: memoryview | None = None
         self._keys: pa.ChunkedArray | None = None
+        if records_file is not None:
+            self._open_records()
         # litdata numbers items across the chunks it streams (all of them unless subsampled):
         # item g of its chunk c is row g - litdata_starts[c], our record stream_starts[c] + row.
         starts = np.cumsum([0] + [chunk.num_items for chunk in chunks])[:-1]
@@ -329,10 +337,10 @@ class VersionDataset(StreamingDataset):
         )
 
     def __getitem__(self, index: Any) -> Any:
+        if type(index) is ChunkedIndex and self._chunk_storage is not None:
+            return self._record(index.chunk_index, index.index)
         if isinstance(index, slice):
             return [self[position] for position in range(*index.indices(len(self)))]
-        if isinstance(index, ChunkedIndex) and self._chunk_storage is not None:
-            return self._from_decoded(index.chunk_index, index.index)
         item = super().__getitem__(index)
         if isinstance(index, str):
             return item
@@ -360,37 +368,53 @@ class VersionDataset(StreamingDataset):
         return self
 
     def __next__(self) -> Any:
+        upcoming = self.upcoming_indexes
+        if upcoming and self.has_triggered_download and self._chunk_storage is not None:
+            if self.global_index < self.stop_length:
+                # The next item of the local chunk being streamed: litdata's __next__ would
+                # do exactly this bookkeeping, then build a ChunkedIndex only for __getitem__.
+                number = upcoming.popleft()
+                chunk_index = self.worker_chunks[self.worker_next_chunk_index - 1]
+                self.global_index += 1
+                self.consumed_sample_count_in_curr_chunk += 1
+                return self._record(chunk_index, number)
         try:
-            return super().__next__()
+            return _STREAMING_NEXT(self)
         except (LitstoreError, StopIteration):
             raise
         except (RuntimeError, ValueError, IndexError, OSError) as exc:
             raise _damaged_chunk(self.identity, exc) from exc
 
-    def _from_decoded(self, chunk_index: int, number: int) -> Any:
-        """Item ``number`` of a local chunk, from the chunk decoded in one pass (see :mod:`litstore.read.decoded`)."""
+    def _record(self, chunk_index: int, number: int) -> Any:
+        """Item ``number`` (litdata's numbering) of local chunk ``chunk_index``, checked, decoded and transformed."""
         chunk = self._decoded
         if chunk is None or self._decoded_index != chunk_index:
-            expected = None
-            if self._records_file is not None:
-                if self._expected is None:
-                    self._open_records()
-                assert self._expected is not None
-                start = 16 * self._stream_starts[chunk_index]
-                size = self._litdata_starts[chunk_index + 1] - self._litdata_starts[chunk_index]
-                expected = self._expected[start : start + 16 * size]
-            name = self._files[chunk_index]
-            self._decoded = None  # release the previous chunk before mapping the next
-            assert self._chunk_storage is not None
-            chunk = self._decoded = DecodedChunk(self._chunk_storage.mapped(name), name, expected)
-            self._decoded_index = chunk_index
-        row = number - self._litdata_starts[chunk_index]
-        if row in chunk.damaged:
+            chunk = self._decode(chunk_index)
+        row = int(number) - self._decoded_start
+        record = chunk.take(row)
+        if record is DAMAGED:
             self._check(bytes(chunk.payload(row)), chunk_index, number)  # raises, naming the record
-        record = chunk.record(row)
         for transform in self._transforms:
             record = transform(record)
         return record
+
+    def _decode(self, chunk_index: int) -> DecodedChunk:
+        """Map local chunk ``chunk_index`` for decoding (see :mod:`litstore.read.decoded`), releasing the last one."""
+        expected = None
+        if self._records_file is not None:
+            if self._expected is None:
+                self._open_records()
+            assert self._expected is not None
+            start = 16 * self._stream_starts[chunk_index]
+            size = self._litdata_starts[chunk_index + 1] - self._litdata_starts[chunk_index]
+            expected = self._expected[start : start + 16 * size]
+        name = self._files[chunk_index]
+        self._decoded = None  # release the previous chunk before mapping the next
+        assert self._chunk_storage is not None
+        chunk = self._decoded = DecodedChunk(self._chunk_storage.mapped(name), name, expected)
+        self._decoded_index = chunk_index
+        self._decoded_start = self._litdata_starts[chunk_index]
+        return chunk
 
     def _check(self, item: bytes, chunk_index: int, number: int) -> None:
         """Raise if ``item`` (litdata's item ``number``, in its chunk ``chunk_index``) is not what was committed."""

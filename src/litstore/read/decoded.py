@@ -1,12 +1,19 @@
-"""The records of a local chunk, decoded a whole chunk at a time: the streaming fast path.
+"""The records of a local chunk, decoded a block of items at a time: the streaming fast path.
 
 litdata's reader hands a dataset one item at a time, through several layers of
 Python per item (reader, item loader, batch deserializer), and then litstore decodes
-and checks it. For a chunk on the local disk, :class:`DecodedChunk` does the same
-work once per chunk instead: it maps the file, checks every item against its
-committed content hash, and decodes all items in one MessagePack pass, so serving an
-item is a list lookup. Streaming visits a chunk's items together (litdata shuffles
-chunks, then items within a chunk), so one decoded chunk per process is enough.
+and checks it. For a chunk on the local disk, :class:`DecodedChunk` does that work a
+block of :data:`BLOCK_ITEMS` neighbouring items at a time instead: the first request
+for an item checks its whole block against the committed content hashes and decodes
+it in one MessagePack pass, so serving the block's other items is a list lookup.
+Each record is handed out once and then forgotten, so memory holds about a block of
+decoded records, not a chunk's.
+
+Blocks, not whole chunks: a DataLoader worker often reads only part of a chunk
+(litdata splits chunks between workers at item boundaries), and a whole-chunk pass
+stalls the worker for the time of a chunk (tens of milliseconds for a 64 MiB chunk),
+longer than the few batches the loader keeps ready, so the training loop waits. A
+block costs about a millisecond, and only blocks that are read are decoded.
 
 A damaged item does not stop the others: its check fails when it is asked for (or,
 unchecked, it is decoded on its own), exactly as on the per-item path.
@@ -15,7 +22,7 @@ unchecked, it is decoded on its own), exactly as on the per-item path.
 from __future__ import annotations
 
 import mmap
-from typing import Any
+from typing import Any, Final
 
 import numpy as np
 
@@ -23,9 +30,32 @@ from litstore._litdata import chunk as chunk_layout
 from litstore.errors import IntegrityError
 from litstore.format import codec, hashing
 
+#: Items checked and decoded together. Small enough that a block takes about a
+#: millisecond (a loader keeps only ``prefetch_factor`` batches ready per worker),
+#: big enough that the per-block set-up is lost in the per-item work.
+BLOCK_ITEMS: Final = 256
+
+
+class _Marker:
+    """A value no record can be: stands in the list of records for an item not yet decoded."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"<{self.name}>"
+
+
+#: What :meth:`DecodedChunk.take` returns for an item whose bytes do not match its committed hash.
+DAMAGED: Final = _Marker("damaged item")
+_PENDING: Final = _Marker("not decoded yet")
+_ALONE: Final = _Marker("decoded on its own when asked for")
+
 
 class DecodedChunk:
-    """Every item of one chunk, checked (if ``expected`` is given) and decoded.
+    """Every item of one chunk, checked (if ``expected`` is given) and decoded block by block as it is asked for.
 
     Args:
         data: the whole chunk, mapped by its storage backend (which refuses links and
@@ -33,37 +63,69 @@ class DecodedChunk:
         name: the chunk's name, for error messages.
         expected: the committed content hashes of its items, 16 bytes each, in row order;
             ``None`` to skip the check.
+
+    Raises:
+        IntegrityError: the chunk's header is damaged, or it holds another number of
+            items than were committed.
     """
 
     def __init__(self, data: mmap.mmap | bytes, name: str, expected: bytes | memoryview | None) -> None:
         self.name = name
-        offsets = chunk_layout.item_offsets(data, name)
-        view = memoryview(data)
-        starts, ends = chunk_layout.payload_bounds(offsets, np.arange(len(offsets) - 1))
-        self._bounds = list(zip(starts.tolist(), ends.tolist(), strict=True))
-        self._view = view
-        self.damaged: set[int] = set()
-        if expected is not None:
-            if len(expected) != 16 * len(self._bounds):
-                listed = len(expected) // 16
-                raise IntegrityError(f"chunk {name} holds {len(self._bounds)} items; {listed} were committed")
-            digest = hashing.content_hash
-            actual = np.frombuffer(b"".join([digest(view[start:end]) for start, end in self._bounds]), np.uint8)
-            committed = np.frombuffer(expected, np.uint8)
-            differs = (actual.reshape(-1, 16) != committed.reshape(-1, 16)).any(axis=1)
-            self.damaged = set(np.flatnonzero(differs).tolist())
-        self._records = codec.decode_framed(view, offsets, aligned=expected is not None and not self.damaged)
+        self._offsets = chunk_layout.item_offsets(data, name)
+        self._view = memoryview(data)
+        count = len(self._offsets) - 1
+        if expected is not None and len(expected) != 16 * count:
+            raise IntegrityError(f"chunk {name} holds {count} items; {len(expected) // 16} were committed")
+        self._expected = expected
+        self._records: list[Any] = [_PENDING] * count
 
     def __len__(self) -> int:
-        return len(self._bounds)
+        return len(self._records)
 
     def payload(self, row: int) -> memoryview:
         """The stored bytes of item ``row``."""
-        start, end = self._bounds[row]
-        return self._view[start:end]
+        return chunk_layout.item_payload(self._view, self._offsets, row)
 
-    def record(self, row: int) -> Any:
-        """The decoded record of item ``row`` (the caller checked ``damaged`` first, if it checks)."""
-        if self._records is not None:
-            return self._records[row]
-        return codec.decode(self.payload(row), f"chunk {self.name} row {row}")
+    def take(self, row: int) -> Any:
+        """The decoded record of item ``row``, or :data:`DAMAGED` if it was checked and does not match.
+
+        The chunk forgets the record as it hands it out (streaming asks for each item
+        once an epoch; asked again, its block is decoded again), so a worker holds only
+        the decoded records of its blocks that it has not streamed yet, and the memory
+        of streamed ones is reused: holding a whole chunk's records (a 64 MiB chunk
+        decodes to about 80 MiB of Python objects) costs fresh pages for every chunk.
+
+        Raises:
+            IntegrityError: the item (unchecked, or committed as such by a hostile
+                writer) does not decode.
+        """
+        records = self._records
+        record = records[row]
+        if record is _PENDING:
+            self._decode_block(row // BLOCK_ITEMS)
+            record = records[row]
+        records[row] = _PENDING
+        if record is _ALONE:
+            return codec.decode(self.payload(row), f"chunk {self.name} row {row}")
+        return record
+
+    def _decode_block(self, block: int) -> None:
+        """Check and decode the items of ``block``, filling their places in the list of records."""
+        first = block * BLOCK_ITEMS
+        last = min(first + BLOCK_ITEMS, len(self._records))
+        offsets = self._offsets[first : last + 1]
+        damaged: list[int] = []
+        if self._expected is not None:
+            starts = (offsets[:-1] + chunk_layout.ITEM_HEADER).tolist()
+            payloads = map(self._view.__getitem__, map(slice, starts, offsets[1:].tolist()))
+            actual = b"".join(map(hashing.content_hash, payloads))
+            committed = self._expected[16 * first : 16 * last]
+            if actual != committed:
+                differs = np.frombuffer(actual, np.uint8).reshape(-1, 16) != np.frombuffer(committed, np.uint8).reshape(
+                    -1, 16
+                )
+                damaged = (np.flatnonzero(differs.any(axis=1)) + first).tolist()
+        decoded = codec.decode_framed(self._view, offsets, aligned=self._expected is not None and not damaged)
+        self._records[first:last] = decoded if decoded is not None else [_ALONE] * (last - first)
+        for row in damaged:
+            self._records[row] = DAMAGED
