@@ -1,6 +1,9 @@
 """What changed between two versions: keys from their manifests, and on request which fields.
 
-:meth:`Diff.between` reads the two manifests only, never chunk data. :meth:`Diff.with_fields`
+:meth:`Diff.of` reads manifests only, never chunk data: when the version log says which
+keys the commits between the two versions touched, only those keys' rows of both
+versions (:func:`litstore.read.manifests.touched_rows`); otherwise both whole
+manifests (:meth:`Diff.between`). The results are the same. :meth:`Diff.with_fields`
 then decodes the changed records alone (the old record from the old version, the new
 one from the new) to name the top-level fields whose values differ.
 """
@@ -18,6 +21,7 @@ import pyarrow as pa
 from litstore import query
 from litstore.errors import InvalidArgumentError, UnsupportedValueError, describe
 from litstore.format import codec
+from litstore.read import manifests
 
 if TYPE_CHECKING:
     from litstore.snapshot import Snapshot
@@ -50,8 +54,20 @@ class Diff:
     changed: pa.Table
 
     @classmethod
+    def of(cls, old_view: Snapshot, new_view: Snapshot) -> Diff:
+        """The diff of two versions, from the rows of the keys touched between them when the log allows."""
+        old, new = old_view.version, new_view.version
+        rows = manifests.touched_rows(old_view.storage, old_view.config, old, new)
+        if rows is None:
+            return cls.between(old.number, new.number, old_view.manifest(), new_view.manifest())
+        return cls.between(old.number, new.number, *rows)
+
+    @classmethod
     def between(cls, old: int, new: int, old_manifest: pa.Table, new_manifest: pa.Table) -> Diff:
-        """The diff of two manifests (keys only; no record is read)."""
+        """The diff of two manifests, or of any rows of them that hold every key whose row differs.
+
+        Only the ``key``, ``content_hash`` and ``split`` columns are read; no record is.
+        """
         parts = query.diff(old_manifest, new_manifest)
         return cls(old, new, parts["added"], parts["removed"], parts["changed"])
 

@@ -1,0 +1,265 @@
+"""``store.diff`` from the keys the commits between two versions touched equals the full join of their manifests.
+
+:func:`litstore.read.manifests.touched_rows` reads only the deltas between the two
+versions and looks the keys they touched up in the older one; the reference here is
+computed in Python from the two versions' whole manifests (``snapshot.manifest()``).
+Every example gets its own directory: function-scoped fixtures are not reset between
+Hypothesis examples.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Callable
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import litstore
+from litstore.ops.diff import Diff
+from litstore.read import manifests
+
+Expected = dict[str, list[tuple[Any, str]]]
+
+
+def expected_diff(store: litstore.Store, old: int, new: int) -> Expected:
+    """The diff of ``old`` -> ``new`` from their whole manifests, computed in Python."""
+
+    def rows(number: int) -> dict[Any, tuple[bytes, str]]:
+        table = store.at(number).manifest()
+        columns = [table.column(name).to_pylist() for name in ("key", "content_hash", "split")]
+        return {key: (content, split) for key, content, split in zip(*columns, strict=True)}
+
+    before, after = rows(old), rows(new)
+    return {
+        "added": sorted((key, after[key][1]) for key in after.keys() - before.keys()),
+        "removed": sorted((key, before[key][1]) for key in before.keys() - after.keys()),
+        "changed": sorted(
+            (key, after[key][1]) for key in after.keys() & before.keys() if after[key][0] != before[key][0]
+        ),
+    }
+
+
+def found(diff: Diff) -> Expected:
+    return {
+        kind: list(zip(table.column("key").to_pylist(), table.column("split").to_pylist(), strict=True))
+        for kind, table in (("added", diff.added), ("removed", diff.removed), ("changed", diff.changed))
+    }
+
+
+def fast_diff(store: litstore.Store, old: int, new: int) -> Diff | None:
+    """The diff from touched keys alone, or None where the log does not allow it."""
+    old_version, new_version = store.at(old).version, store.at(new).version
+    rows = manifests.touched_rows(store.storage, store.config, old_version, new_version)
+    return None if rows is None else Diff.between(old, new, *rows)
+
+
+def check_every_pair(store: litstore.Store, numbers: list[int]) -> int:
+    """Check ``store.diff`` (and the fast path alone) of every pair of ``numbers``, both ways; how many went fast."""
+    fast = 0
+    for old in numbers:
+        for new in numbers:
+            expected = expected_diff(store, old, new)
+            assert found(litstore.open(store.root).diff(old, new)) == expected, (old, new)
+            alone = fast_diff(store, old, new)
+            if alone is not None:
+                fast += 1
+                assert found(alone) == expected, (old, new)
+    return fast
+
+
+def _record(key: str, value: int) -> dict[str, Any]:
+    return {"id": key, "value": value, "text": f"t{value % 3}"}
+
+
+# One step of a history: (operation, which keys by position among the candidates, a value).
+steps = st.lists(
+    st.tuples(
+        st.sampled_from(("append", "upsert", "same", "delete", "readd", "compact", "add_fields", "gc")),
+        st.lists(st.integers(0, 40), min_size=1, max_size=8),
+        st.integers(0, 2),
+    ),
+    min_size=1,
+    max_size=7,
+)
+
+
+def build(root: Path, plan: list[tuple[str, list[int], int]], chunk_bytes: int, interval: int) -> litstore.Store:
+    """A store whose history follows ``plan``; every step that changes nothing commits nothing."""
+    store = litstore.Store.create(
+        root,
+        key="id",
+        splits=litstore.HashSplit(train=0.5, val=0.5),
+        chunk_bytes=chunk_bytes,
+        checkpoint_interval=interval,
+    )
+    live: dict[str, int] = {}
+    gone: dict[str, int] = {}
+    counter = 0
+    for operation, picks, value in plan:
+        keys = sorted(live)
+        chosen = sorted({keys[pick % len(keys)] for pick in picks}) if keys else []
+        if operation == "append" or not keys:
+            new = {f"k{counter + i:03d}": value for i in range(len(picks))}
+            counter += len(picks)
+            store.append([_record(key, number) for key, number in new.items()])
+            live.update(new)
+        elif operation == "upsert":
+            # New content for the chosen keys, the same content for one, and a new key.
+            changed = {key: live[key] + 1 + value for key in chosen[1:]}
+            fresh = {f"k{counter:03d}": value}
+            counter += 1
+            store.upsert(
+                [_record(key, number) for key, number in {**changed, chosen[0]: live[chosen[0]], **fresh}.items()]
+            )
+            live.update(changed | fresh)
+        elif operation == "same":
+            store.upsert([_record(key, live[key]) for key in chosen])  # unchanged content: no version
+        elif operation == "delete":
+            store.delete(chosen)
+            gone.update((key, live.pop(key)) for key in chosen)
+        elif operation == "readd" and gone:
+            # Deleted keys come back, with their old content (value 0) or new content.
+            back = {key: number + value for key, number in sorted(gone.items())[: len(picks)]}
+            store.append([_record(key, number) for key, number in back.items()])
+            live.update(back)
+            for key in back:
+                del gone[key]
+        elif operation == "compact":
+            store.compact(target_chunk_bytes=1 << 20)
+        elif operation == "add_fields" and "text" not in store.fields:
+            store.add_fields({"text": str})
+        elif operation == "gc":
+            store.gc(keep_last=2 + value, grace=timedelta(0))
+    return store
+
+
+def live_numbers(store: litstore.Store) -> list[int]:
+    return [version.number for version in store.versions()]
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(plan=steps, chunk_bytes=st.sampled_from((128, 1024, 1 << 20)), interval=st.sampled_from((1, 3, 64)))
+def test_diff_of_every_pair_of_versions_equals_the_full_join(
+    plan: list[tuple[str, list[int], int]], chunk_bytes: int, interval: int
+) -> None:
+    with tempfile.TemporaryDirectory() as directory:
+        store = build(Path(directory) / "store", plan, chunk_bytes, interval)
+        check_every_pair(store, live_numbers(store))
+        numbers = live_numbers(store)
+        old, new = numbers[0], numbers[-1]
+        reference = Diff.between(old, new, store.at(old).manifest(), store.at(new).manifest())
+        reference = reference.with_fields(store.at(old), store.at(new))
+        assert store.diff(old, new, fields=True).changed.equals(reference.changed)
+
+
+def test_the_fast_path_is_taken_through_compact_upsert_delete_and_readd(
+    make_store: Callable[..., litstore.Store],
+) -> None:
+    store = make_store(key="id", splits=litstore.HashSplit(train=0.5, val=0.5), chunk_bytes=256)
+    store.append([_record(f"k{i:02d}", i) for i in range(40)])  # v1
+    store.compact(target_chunk_bytes=1 << 20)  # v2: same content, new chunks
+    store.upsert([_record("k01", 1), _record("k02", -2)])  # v3: k01 unchanged, k02 changed
+    store.delete(["k03", "k04"])  # v4
+    store.append([_record("k03", 3), _record("k04", -4)])  # v5: k03 as it was, k04 with other content
+    assert store.version.number == 5
+    assert found(store.diff(1, 2)) == {"added": [], "removed": [], "changed": []}
+    forward = found(store.diff(1, 5))
+    assert [key for key, _ in forward["changed"]] == ["k02", "k04"] and not forward["added"] + forward["removed"]
+    backward = found(store.diff(5, 1))
+    assert [key for key, _ in backward["changed"]] == ["k02", "k04"]
+    assert [key for key, _ in found(store.diff(3, 4))["removed"]] == ["k03", "k04"]
+    assert [key for key, _ in found(store.diff(4, 3))["added"]] == ["k03", "k04"]
+    for old, new in ((1, 2), (2, 1), (1, 5), (5, 1), (3, 4), (4, 3), (2, 5)):
+        assert fast_diff(store, old, new) is not None, (old, new)
+    check_every_pair(store, live_numbers(store))
+
+
+def test_a_version_that_only_declared_fields_keeps_the_fast_path(make_store: Callable[..., litstore.Store]) -> None:
+    store = make_store(key="id", chunk_bytes=256)
+    store.append([_record(f"k{i:02d}", i) for i in range(20)])
+    store.add_fields({"text": str})  # a checkpoint, no delta
+    store.upsert([_record("k05", -5)])
+    assert fast_diff(store, 1, 3) is not None
+    assert found(store.diff(1, 3)) == expected_diff(store, 1, 3)
+
+
+def test_a_missing_delta_falls_back_to_the_whole_manifests(make_store: Callable[..., litstore.Store]) -> None:
+    # Version 2 has a checkpoint, so its delta is not needed to compose any version;
+    # without it the log cannot say what version 2 touched.
+    store = make_store(key="id", chunk_bytes=256, checkpoint_interval=2)
+    store.append([_record(f"k{i:02d}", i) for i in range(20)])
+    store.upsert([_record("k05", -5)])
+    store.delete(["k06"])
+    version = store.at(2).version
+    assert version.checkpoint is not None and version.manifest is not None
+    (Path(store.root) / version.manifest).unlink()
+    assert fast_diff(store, 1, 3) is None
+    assert found(litstore.open(store.root).diff(1, 3)) == expected_diff(store, 1, 3)
+    assert found(litstore.open(store.root).diff(3, 1)) == expected_diff(store, 3, 1)
+
+
+def test_versions_expired_between_fall_back_to_the_whole_manifests(make_store: Callable[..., litstore.Store]) -> None:
+    store = make_store(key="id", chunk_bytes=256)
+    store.append([_record(f"k{i:02d}", i) for i in range(20)])
+    store.tag("start", 1)
+    store.upsert([_record("k05", -5)])
+    store.delete(["k06"])
+    store.gc(keep_last=1, grace=timedelta(0))  # expires version 2
+    assert live_numbers(store) == [1, 3]
+    assert fast_diff(store, 1, 3) is None
+    assert found(store.diff(1, 3)) == expected_diff(store, 1, 3)
+
+
+def test_int_keys(make_store: Callable[..., litstore.Store]) -> None:
+    store = make_store(key="id", key_type=int, chunk_bytes=128)
+    store.append([{"id": i, "value": i} for i in range(30)])
+    store.upsert([{"id": 3, "value": -3}, {"id": 100, "value": 100}])
+    store.delete([7, 8])
+    assert check_every_pair(store, live_numbers(store)) == 16
+
+
+def test_deltas_in_small_row_groups_give_the_same_diff(make_store: Callable[..., litstore.Store]) -> None:
+    # Row groups whose rows are all "moved" are skipped by their statistics; rows of one
+    # delta then come from several row groups, each with its own dictionaries.
+    store = make_store(key="id", splits=litstore.HashSplit(train=0.5, val=0.5), chunk_bytes=1 << 20)
+    store.append([_record(f"k{i:03d}", i) for i in range(200)])
+    store.upsert([_record("k010", -10), _record("k150", -150)])  # rewrites the one chunk: 198 moved rows
+    store.delete(["k020", "k199"])
+    store.append([_record("k020", 20)])
+    root = Path(store.root)
+    skippable = 0
+    for version in store.versions()[1:]:
+        assert version.manifest is not None
+        path = root / version.manifest
+        pq.write_table(pq.read_table(path), path, compression="zstd", row_group_size=16)
+        metadata = pq.ParquetFile(path).metadata
+        for group in range(metadata.num_row_groups):
+            statistics = metadata.row_group(group).column(metadata.schema.names.index("change")).statistics
+            skippable += statistics.min == statistics.max == "moved"
+    assert skippable >= 10
+    assert fast_diff(store, 1, 4) is not None and fast_diff(store, 4, 1) is not None
+    check_every_pair(store, live_numbers(store))
+
+
+def test_a_damaged_manifest_file_raises_integrity_error(make_store: Callable[..., litstore.Store]) -> None:
+    # One damaged delta between the versions, then one in the older version's chain:
+    # the concurrent reads end and the error names the file.
+    store = make_store(key="id", chunk_bytes=256)
+    store.append([_record(f"k{i:02d}", i) for i in range(20)])
+    store.upsert([_record("k05", -5)])
+    store.delete(["k06"])
+    for number in (2, 1):
+        manifest = store.at(number).version.manifest
+        assert manifest is not None
+        path = Path(store.root) / manifest
+        intact = path.read_bytes()
+        path.write_bytes(b"not parquet")
+        with pytest.raises(litstore.IntegrityError, match=manifest):
+            litstore.open(store.root).diff(1, 3)
+        path.write_bytes(intact)
