@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import time
+from pathlib import Path
+
 import litstore
 
 
@@ -38,3 +41,13 @@ def failing_generator(i: int) -> object:
         if i == 7 and j == 2:
             raise OSError("shard 7 is truncated")
         yield record(i * 10 + j)
+
+
+def failing_first_slow_after(line: str) -> dict[str, object]:
+    """An ingest ``fn`` over ``"<directory>:<i>"``: input 0 fails, every other input leaves a file and takes 20 ms."""
+    directory, number = line.rsplit(":", 1)
+    if number == "0":
+        raise ValueError("input 0 is broken")
+    time.sleep(0.02)
+    Path(directory, number).touch()
+    return record(int(number))

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -11,7 +12,7 @@ import litstore
 from litstore.format import layout
 from tests.conftest import tree_state
 
-from ._workers import failing_generator, failing_on_13, one_record, record, records_of_line
+from ._workers import failing_first_slow_after, failing_generator, failing_on_13, one_record, record, records_of_line
 
 
 @pytest.mark.integration
@@ -52,6 +53,45 @@ def test_a_failing_input_is_named_and_nothing_is_committed(
 
 
 @pytest.mark.integration
+def test_a_failure_stops_the_other_workers(make_store: Callable[..., litstore.Store], tmp_path: Path) -> None:
+    """Once an input fails, the other workers take no more inputs: the ingest does not run to the end."""
+    store = make_store(key="id")
+    ran = tmp_path / "ran"
+    ran.mkdir()
+    before = tree_state(Path(store.root))
+    with pytest.raises(litstore.IngestError, match="input 0"):
+        store.ingest(failing_first_slow_after, [f"{ran}:{i}" for i in range(400)], num_workers=2, progress=False)
+    assert len(list(ran.iterdir())) < 200, "the other worker went on through its inputs"
+    assert tree_state(Path(store.root)) == before
+
+
+@pytest.mark.integration
+def test_each_worker_stages_one_fragment(make_store: Callable[..., litstore.Store]) -> None:
+    """Workers take small blocks of inputs from one queue, each into its own fragment: few partly filled chunks."""
+    store = make_store(key="id", chunk_bytes=1 << 20)
+    lines = [f"{start}:10" for start in range(0, 1000, 10)]
+    version = store.ingest(records_of_line, lines, num_workers=2, progress=False)
+    assert version.added == 1000 and 1 <= len(version.fragments) <= 2
+    assert len([chunk for chunks in store.chunks().values() for chunk in chunks]) <= 2
+    in_process = store.ingest(records_of_line, ["1000:500", "1500:500"], num_workers=0, progress=False)
+    assert in_process.added == 1000 and len(in_process.fragments) == 1
+
+
+@pytest.mark.integration
+def test_workers_left_without_inputs_or_records_leave_nothing(make_store: Callable[..., litstore.Store]) -> None:
+    """More workers than inputs, or inputs that make no records: no empty fragment is left behind."""
+    store = make_store(key="id")
+    version = store.ingest(records_of_line, ["0:5"], num_workers=3, progress=False)
+    assert version.added == 5 and len(version.fragments) == 1
+    listed = {path.name for path in (Path(store.root) / layout.FRAGMENTS).iterdir()}
+    assert listed == set(version.fragments)
+    before = tree_state(Path(store.root))
+    assert store.ingest(one_record, [1001, 1003, 1005], num_workers=2, progress=False) == version  # all None
+    assert store.ingest(one_record, [1001, 1003], num_workers=0, progress=False) == version
+    assert tree_state(Path(store.root)) == before
+
+
+@pytest.mark.integration
 def test_duplicate_keys_across_workers_commit_nothing(make_store: Callable[..., litstore.Store]) -> None:
     store = make_store(key="id")
     before = tree_state(Path(store.root))
@@ -65,7 +105,7 @@ def test_an_input_bigger_than_a_run_streams_in_runs(make_store: Callable[..., li
     store = make_store(key="id", chunk_bytes=64 * 1024)
     big = 20_000  # x ~1 KiB: more than the minimum run (8 MiB) + 2 x chunk_bytes, so several runs
 
-    def records(duplicate: bool) -> object:
+    def records(duplicate: bool) -> Iterator[dict[str, object]]:
         for i in range(big):
             yield {"id": f"r{i:06d}", "blob": bytes([i % 256]) * 1000}
         if duplicate:
@@ -81,6 +121,22 @@ def test_an_input_bigger_than_a_run_streams_in_runs(make_store: Callable[..., li
     listed = [chunk.filename for chunks in store.chunks().values() for chunk in chunks]
     assert all(name.startswith(layout.FRAGMENTS + "/") for name in listed) and len(listed) > 100
     assert store.verify().ok
+
+
+@pytest.mark.integration
+def test_what_cannot_reach_a_worker_is_named_and_nothing_is_committed(
+    make_store: Callable[..., litstore.Store],
+) -> None:
+    """An input or a function that cannot be pickled is a typed error naming it, never a silently lost input."""
+    store = make_store(key="id")
+    before = tree_state(Path(store.root))
+    inputs: list[object] = [*range(5), threading.Lock(), *range(6, 40)]
+    with pytest.raises(litstore.IngestError, match=r"input 5 .*cannot be sent to a worker") as raised:
+        store.ingest(one_record, inputs, num_workers=2, progress=False)
+    assert raised.value.position == 5
+    with pytest.raises(litstore.InvalidArgumentError, match="importable"):
+        store.ingest(lambda i: record(i), range(3), num_workers=2, progress=False)
+    assert tree_state(Path(store.root)) == before
 
 
 def test_ingest_refuses_bad_arguments(make_store: Callable[..., litstore.Store]) -> None:
