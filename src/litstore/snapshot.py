@@ -15,6 +15,7 @@ import math
 import os
 from collections.abc import Iterable, Iterator, Sequence
 from datetime import UTC, datetime
+from itertools import repeat
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
@@ -37,7 +38,7 @@ from litstore.errors import (
 from litstore.format import codec, hashing
 from litstore.format.models import StoreConfig, Version, declared_fields
 from litstore.read.chunks import ChunkCache, mismatched
-from litstore.read.groups import by_chunk
+from litstore.read.groups import by_chunk, chunk_order, chunk_runs
 from litstore.read.keyindex import KeyIndex
 from litstore.read.manifests import ManifestCache
 from litstore.storage import Storage
@@ -58,6 +59,8 @@ Key = str | int
 VersionRef = int | str | Version | datetime
 # Records decoded at once when iterating a version: bounds memory, keeps one decode pass.
 _DECODE_BATCH = 1024
+# Records get_many checks and decodes at once: about a megabyte, so they are still in cache when decoded.
+_CHECK_BATCH = 1024
 _Default = TypeVar("_Default")
 #: ``get_many``'s default: a missing key raises instead of standing in for a record.
 MISSING: Any = object()
@@ -172,54 +175,77 @@ class Snapshot:
         """The records with ``keys``, in the same order.
 
         Keys that are missing raise :class:`KeyNotFoundError` naming them, unless a
-        ``default`` is given to stand in for them.
+        ``default`` is given to stand in for them. Every record is checked against its
+        committed content hash and its key, as ``snapshot[key]`` checks one.
         """
-        keys = list(keys)
         index = self._key_index()
-        key_field = self._config.key
-        plain = self._config.key_type == "str" and set(map(type, keys)) <= {str}
-        if not plain:
-            keys = [hashing.normalize_key(key) for key in keys]  # type: ignore[misc]
-        if plain:  # the common case: every key is a str, nothing to check one by one
-            valid = np.ones(len(keys), dtype=bool)
-        elif self._config.key_type == "str":
-            valid = np.fromiter((isinstance(key, str) for key in keys), dtype=bool, count=len(keys))
-        else:
-            valid = np.fromiter(
-                (hashing.is_key(key, self._config.key_type) for key in keys), dtype=bool, count=len(keys)
-            )
-        if valid.all():
-            hashes = hashing.key_hashes(keys)
-        else:
-            hashes = hashing.key_hashes(key if ok else "" for key, ok in zip(keys, valid.tolist(), strict=True))
+        keys, hashes, valid = self._lookup_hashes(list(keys))
         positions, found = index.first_positions(hashes)
-        found &= valid
+        if valid is not None:
+            found &= valid
         hits = np.flatnonzero(found)
-        results: list[Any] = [default] * len(keys)
-        chunk_ids, rows = index.chunk_ids[positions[hits]], index.rows[positions[hits]]
-        for chunk_id, where, chunk_rows in by_chunk(chunk_ids, rows):
-            group = hits[where]
-            chunk = index.chunks[chunk_id]
-            payloads = self._cache.payloads(chunk, chunk_rows)
-            damaged = mismatched(payloads, index.contents[positions[group]])
-            if len(damaged):
-                raise self._damaged(chunk, chunk_rows[damaged], [keys[i] for i in group[damaged].tolist()])
-            records = self._cache.decode(chunk, payloads)
-            for i, record in zip(group.tolist(), records, strict=True):
-                key = keys[i]
-                if not isinstance(record, dict) or record.get(key_field) != key:
-                    # A key-hash collision (or damage): check every position with this hash.
-                    record = self._find(key)
-                    if record is None:
-                        found[i] = False
-                        record = default
-                results[i] = record
+        places = positions[hits]
+        rows = index.rows[places]
+        order = chunk_order(index.chunk_ids[places], rows)  # each chunk read front to back
+        hits, places, rows = hits[order], places[order], rows[order]
+        records = self._checked_records(keys, hits, places, rows)
+        if len(hits) == len(keys):  # all found: the records back in the order asked, then their keys checked
+            back = np.empty(len(keys), dtype=np.intp)
+            back[hits] = np.arange(len(keys))
+            results = list(map(records.__getitem__, back.tolist()))
+            try:
+                if list(map(dict.get, results, repeat(self._config.key))) == keys:
+                    return results
+            except TypeError:  # a record that is not a dict: checked one by one below
+                pass
+        results = [default] * len(keys)
+        key_field = self._config.key
+        for i, record in zip(hits.tolist(), records, strict=True):
+            key = keys[i]
+            if not isinstance(record, dict) or record.get(key_field) != key:
+                # A key-hash collision: the key's own record, if any, is at another position of its hash.
+                record = self._find(key)
+                if record is None:
+                    found[i] = False
+                    record = default
+            results[i] = record
         if default is MISSING and not found.all():
             missing = [keys[i] for i in np.flatnonzero(~found).tolist()]
             raise KeyNotFoundError(
                 f"{len(missing)} of {len(keys)} keys are not in version {self._version.number}: {describe(missing)}"
             )
         return results
+
+    def _lookup_hashes(self, keys: list[Any]) -> tuple[list[Any], np.ndarray, np.ndarray | None]:
+        """``get_many``'s keys normalized, their key hashes, and which can be keys at all (``None``: all)."""
+        if self._config.key_type == "str" and set(map(type, keys)) <= {str}:
+            return keys, hashing.str_key_hashes(keys), None  # the common case: nothing to check one by one
+        keys = [hashing.normalize_key(key) for key in keys]
+        key_type = self._config.key_type
+        valid = np.fromiter((hashing.is_key(key, key_type) for key in keys), dtype=bool, count=len(keys))
+        if valid.all():
+            return keys, hashing.key_hashes(keys), None
+        return keys, hashing.key_hashes(key if ok else "" for key, ok in zip(keys, valid.tolist(), strict=True)), valid
+
+    def _checked_records(self, keys: list[Any], hits: np.ndarray, places: np.ndarray, rows: np.ndarray) -> list[Any]:
+        """The decoded records at index ``places`` (sorted by chunk and row), each checked against its content hash.
+
+        ``hits`` are the positions in ``keys`` they were asked for, to name damaged ones.
+        """
+        index = self._key_index()
+        chunk_ids, contents = index.chunk_ids[places], index.contents[places]
+        records: list[Any] = []
+        for chunk_id, start, end in chunk_runs(chunk_ids):
+            chunk = index.chunks[chunk_id]
+            for first in range(start, end, _CHECK_BATCH):  # hashed, then decoded while still in cache
+                last = min(first + _CHECK_BATCH, end)
+                payloads = self._cache.payloads(chunk, rows[first:last])
+                damaged = mismatched(payloads, contents[first:last])
+                if len(damaged):
+                    asked = [keys[i] for i in hits[first + damaged].tolist()]
+                    raise self._damaged(chunk, rows[first + damaged], asked)
+                records += self._cache.decode(chunk, payloads)
+        return records
 
     def existing_keys(
         self, keys: Iterable[Key] | pa.Array | pa.ChunkedArray, hashes: np.ndarray | None = None
@@ -536,7 +562,7 @@ class Snapshot:
 
         old_view = self.at(old)
         new_view = self if new is None else self.at(new)
-        diff = Diff.between(old_view.version.number, new_view.version.number, old_view.manifest(), new_view.manifest())
+        diff = Diff.of(old_view, new_view)
         return diff.with_fields(old_view, new_view) if fields else diff
 
     def resolve(self, version: VersionRef) -> int:

@@ -31,11 +31,12 @@ _CONCURRENT_GETS = 8
 
 
 class _OpenChunk:
-    __slots__ = ("data", "offsets")
+    __slots__ = ("data", "offsets", "view")
 
     def __init__(self, data: mmap.mmap | bytes | None, offsets: np.ndarray) -> None:
         self.data = data  # None when items are read by range
         self.offsets = offsets
+        self.view = None if data is None else memoryview(data)
 
 
 class ChunkCache:
@@ -84,7 +85,11 @@ class ChunkCache:
 
     def payload(self, name: str, row: int) -> memoryview:
         """The stored bytes (canonical encoding) of item ``row`` of chunk ``name``."""
-        return memoryview(self.payloads(name, np.array([row]))[0])
+        chunk = self._chunk(name)
+        if chunk.view is None or not 0 <= row < len(chunk.offsets) - 1:
+            return memoryview(self.payloads(name, np.array([row]))[0])
+        offsets = chunk.offsets
+        return chunk.view[int(offsets[row]) + layout.ITEM_HEADER : int(offsets[row + 1])]
 
     def record(self, name: str, row: int) -> Any:
         """The decoded record of item ``row`` of chunk ``name``."""
@@ -101,10 +106,7 @@ class ChunkCache:
 
     def decode(self, name: str, payloads: list[bytes] | list[memoryview]) -> list[Any]:
         """The records encoded by ``payloads`` of chunk ``name``, in one decode pass."""
-        records = codec.decode_all(b"".join(payloads), f"chunk {name}")
-        if len(records) != len(payloads):
-            raise IntegrityError(f"chunk {name}: {len(payloads)} payloads decoded as {len(records)} records")
-        return records
+        return codec.decode_each(payloads, f"chunk {name}")
 
     def payloads(self, name: str, rows: np.ndarray | None = None) -> list[bytes] | list[memoryview]:
         """The stored bytes of items ``rows`` (default: every item) of chunk ``name``, in that order."""
@@ -112,9 +114,9 @@ class ChunkCache:
         rows = np.arange(len(chunk.offsets) - 1) if rows is None else np.asarray(rows, dtype=np.int64)
         self._check_row(name, chunk, rows)
         starts, ends = layout.payload_bounds(chunk.offsets, rows)
-        if chunk.data is None:
+        if chunk.view is None:
             return self._fetch(name, starts.tolist(), ends.tolist())
-        view = memoryview(chunk.data)
+        view = chunk.view
         return [view[start:end] for start, end in zip(starts.tolist(), ends.tolist(), strict=True)]
 
     def _fetch(self, name: str, starts: list[int], ends: list[int]) -> list[bytes]:
@@ -153,6 +155,4 @@ class ChunkCache:
 
 def mismatched(payloads: list[bytes] | list[memoryview], expected: np.ndarray) -> np.ndarray:
     """Positions of the ``payloads`` whose content hash is not the ``(n, 16)`` ``expected`` row."""
-    digest = hashing.content_hash
-    actual = np.frombuffer(b"".join([digest(payload) for payload in payloads]), dtype=np.uint8)
-    return np.flatnonzero((actual.reshape(-1, 16) != expected).any(axis=1))
+    return np.flatnonzero((hashing.content_hash_rows(payloads) != expected).any(axis=1))
