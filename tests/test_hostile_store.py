@@ -269,7 +269,7 @@ def test_gc_never_deletes_through_a_linked_folder(planted: Planted) -> None:
         pytest.param(lambda data: b"\xff\xfe not json", id="not json"),
         pytest.param(lambda data: b"[1, 2, 3]", id="a list"),
         pytest.param(lambda data: data.replace(b'"key"', b'"kee"'), id="unknown field"),
-        pytest.param(lambda data: data.replace(b'"format_version": 1', b'"format_version": 99'), id="newer format"),
+        pytest.param(lambda data: data.replace(b'"format_version": 2', b'"format_version": 99'), id="newer format"),
     ],
 )
 def test_a_damaged_config_is_an_integrity_error(planted: Planted, damage: Callable[[bytes], bytes]) -> None:

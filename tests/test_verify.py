@@ -21,7 +21,7 @@ import pytest
 import litstore
 from litstore import VerifyReport
 from litstore._litdata import chunk as chunk_layout
-from litstore.format import codec, layout
+from litstore.format import codec, hashing, layout
 from litstore.txn.log import compose_manifest
 
 SPLITS = litstore.HashSplit(train=0.6, val=0.2, test=0.2)
@@ -472,8 +472,8 @@ def test_altered_manifest_key_is_reported(root: Path) -> None:
     _rewrite_delta(root, LATEST, _edit_row(key, key="renamed"))
 
     report = _verify(root)
-    # The stored key differs, and the row's key hash no longer matches its key.
-    assert report.corrupt_records == [("renamed", chunk, row, "key"), ("renamed", chunk, row, "key hash")]
+    # The stored key differs (the key hash is derived from the manifest's key: it follows it).
+    assert report.corrupt_records == [("renamed", chunk, row, "key")]
     assert not report.fingerprint_ok
     _assert_failed(report, "'renamed'", chunk)
     original_keys = [row["key"] for row in _rows(root)]
@@ -516,11 +516,16 @@ def test_manifest_naming_a_file_outside_the_layout_is_refused(root: Path, outsid
         _verify(root)
 
 
-def test_altered_manifest_key_hash_is_reported(root: Path) -> None:
-    """A row whose key_hash is not the hash of its key: lookups of that key fail."""
+def test_a_planted_key_hash_column_that_lies_is_reported(root: Path) -> None:
+    """A delta given a key_hash column (format 2 files hold none) with one row's hash not its key's."""
     target = _pick(root)
     key = target["key"]
-    _rewrite_delta(root, LATEST, _edit_row(key, key_hash=target["key_hash"] ^ 1))
+    path = root / _delta_path(root, LATEST)
+    table = pq.read_table(path)
+    assert "key_hash" not in table.column_names
+    hashes = hashing.key_hashes(table.column("key").to_pylist())
+    hashes[table.column("key").to_pylist().index(key)] ^= 1
+    pq.write_table(table.add_column(1, "key_hash", pa.array(hashes, pa.uint64())), path)
     with pytest.raises(litstore.IntegrityError, match="key hash that is not their key's"):
         key in litstore.open(root)  # noqa: B015 - lookups refuse a manifest whose key hashes lie
 
@@ -656,10 +661,7 @@ def test_key_twice_in_a_delta_at_two_locations(root: Path) -> None:
     _rewrite_delta(root, LATEST, change)
     report = _verify(root)
     assert report.duplicate_keys == [key]
-    assert report.corrupt_records == [
-        (key, neighbour["chunk"], neighbour["row"], "key"),
-        (key, neighbour["chunk"], neighbour["row"], "key hash"),
-    ]
+    assert report.corrupt_records == [(key, neighbour["chunk"], neighbour["row"], "key")]
     _assert_failed(report, repr(key))
 
 

@@ -135,3 +135,30 @@ def content_hashes(payloads: pa.LargeBinaryArray) -> list[bytes]:
     ends = np.frombuffer(payloads.buffers()[1], np.int64, count=len(payloads) + 1, offset=8 * payloads.offset).tolist()
     digest = xxhash.xxh3_128_digest
     return [digest(data[start:end]) for start, end in itertools.pairwise(ends)]
+
+
+def key_hash_array(keys: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    """``key_hash`` of each key of an Arrow ``string`` or ``int64`` column, as a uint64 array.
+
+    Hashes the keys' bytes where Arrow holds them (UTF-8 text, or 8 little-endian bytes
+    per int), without making a Python object per key.
+    """
+    chunks = keys.chunks if isinstance(keys, pa.ChunkedArray) else [keys]
+    digest = xxhash.xxh3_64_intdigest
+    parts = [np.empty(0, np.uint64)]
+    data: memoryview
+    ends: Iterable[int]
+    for chunk in chunks:
+        if chunk.null_count:
+            raise ValueError("a key column with nulls")
+        if pa.types.is_integer(chunk.type):
+            data = memoryview(np.asarray(chunk.cast(pa.int64()).to_numpy(), dtype="<i8").tobytes())
+            ends = range(0, 8 * len(chunk) + 1, 8)
+        else:
+            chunk = chunk.cast(pa.large_string())
+            data = memoryview(chunk.buffers()[2] or b"")
+            ends = np.frombuffer(chunk.buffers()[1], np.int64, count=len(chunk) + 1, offset=8 * chunk.offset).tolist()
+        parts.append(
+            np.fromiter((digest(data[a:b]) for a, b in itertools.pairwise(ends)), dtype=np.uint64, count=len(chunk))
+        )
+    return np.concatenate(parts)

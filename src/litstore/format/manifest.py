@@ -3,7 +3,7 @@
 Columns of a manifest (one row per live record)::
 
     key           str or int64   the record's key
-    key_hash      uint64         hashing.key_hash(key)
+    key_hash      uint64         hashing.key_hash(key); not stored in files of format 2 stores
     content_hash  binary(16)     hashing.content_hash(canonical encoding)
     split         str            the split the record belongs to
     chunk         str            chunk file, relative to the store root
@@ -12,7 +12,9 @@ Columns of a manifest (one row per live record)::
 then one nullable column per declared field of the version, in declaration order
 (see :mod:`litstore.format.fields`). Rows a writer holds in memory (staged fragments,
 commit plans) keep ``chunk`` dictionary-encoded (:data:`HELD_CHUNK`); files always
-hold plain strings.
+hold plain strings. Files of stores of format 2 leave ``key_hash`` out: readers derive
+it from the key (:func:`~litstore.format.hashing.key_hash_array`), so a file cannot
+hold a key hash that disagrees with its key, and a record costs 8-10 bytes less.
 
 A delta (``manifests/<v>-<txn>.parquet``) holds what version ``v`` changed, with two
 more columns: ``change`` (a :class:`ChangeKind` value) and ``version`` (``v``). The
@@ -34,6 +36,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from litstore.errors import IntegrityError
+from litstore.format import hashing
 from litstore.format.fields import arrow_type
 
 MANIFEST_COLUMNS = ("key", "key_hash", "content_hash", "split", "chunk", "row")
@@ -129,30 +132,45 @@ def make_delta(
     return pa.Table.from_arrays(arrays, schema=delta_schema(key_type, fields))
 
 
-def to_parquet(table: pa.Table) -> bytes:
+_UNIQUE_COLUMNS = frozenset(("key", "key_hash", "content_hash"))
+
+
+def to_parquet(table: pa.Table, *, key_hash: bool) -> bytes:
     """The Parquet bytes of ``table``, its dictionary-encoded columns stored as plain ones.
 
+    ``key_hash``: whether to store that column (stores of format 1) or leave it out.
     Written in slices, so a held table is decoded one slice at a time, never whole.
 
     Raises:
         OSError: the temporary file the bytes are spooled through cannot be written.
     """
+    if not key_hash and "key_hash" in table.column_names:
+        table = table.drop_columns(["key_hash"])
     target = decoded(table.slice(0, 0)).schema
+    # Dictionaries only where values repeat (a dictionary of unique keys or hashes costs
+    # bytes and time in every row group); delta encodings where neighbours are close
+    # (row numbers, sorted key hashes, keys sharing prefixes).
+    encodings = {"row": "DELTA_BINARY_PACKED", "key_hash": "DELTA_BINARY_PACKED"}
+    if "key" in target.names:
+        encodings["key"] = "DELTA_BYTE_ARRAY" if pa.types.is_string(target.field("key").type) else "DELTA_BINARY_PACKED"
+    options: dict[str, Any] = {
+        "compression": "zstd",
+        "use_dictionary": [name for name in target.names if name not in _UNIQUE_COLUMNS and name not in encodings],
+        "column_encoding": {name: encoding for name, encoding in encodings.items() if name in target.names},
+    }
     # Spooled through a file: the bytes exist once, not again in a growing buffer.
     with tempfile.TemporaryFile() as spool:
         if target == table.schema or not table.num_rows:
-            pq.write_table(table.cast(target), spool, compression="zstd")
+            pq.write_table(table.cast(target), spool, **options)
         else:
-            with pq.ParquetWriter(spool, target, compression="zstd") as writer:
+            with pq.ParquetWriter(spool, target, **options) as writer:
                 for start in range(0, table.num_rows, _SLICE_ROWS):
                     writer.write_table(decoded(table.slice(start, _SLICE_ROWS)))
         spool.seek(0)
         return spool.read()
 
 
-def from_parquet(
-    data: bytes, path: str, key_type: str, delta: bool, fields: dict[str, str] | None = None
-) -> pa.Table:
+def from_parquet(data: bytes, path: str, key_type: str, delta: bool, fields: dict[str, str] | None = None) -> pa.Table:
     """Read a manifest (``delta=False``) or delta file, checked against its schema (with ``fields``).
 
     Raises:
@@ -167,7 +185,7 @@ def from_parquet(
             field.with_type(field.type.value_type) if pa.types.is_dictionary(field.type) else field
             for field in table.schema
         ]
-        table = table.cast(pa.schema(plain)).select(list(expected.names)).cast(expected)
+        table = _with_key_hash(table.cast(pa.schema(plain))).select(list(expected.names)).cast(expected)
     except (pa.ArrowException, OSError, KeyError, ValueError) as exc:
         raise IntegrityError(f"manifest file {path} is damaged: {exc}") from exc
     if delta:
@@ -210,7 +228,10 @@ def columns_from_parquet(
         groups = list(range(file.num_row_groups))
         if skip is not None:
             groups = [group for group in groups if not _all_of(file.metadata.row_group(group), "change", str(skip))]
-        table = file.read_row_groups(groups, columns=list(names)).select(list(names)).cast(target)
+        read = list(names)
+        if "key_hash" in names and "key_hash" not in file.schema_arrow.names:
+            read = [name for name in names if name != "key_hash"] + ([] if "key" in names else ["key"])
+        table = _with_key_hash(file.read_row_groups(groups, columns=read)).select(list(names)).cast(target)
     except (pa.ArrowException, OSError, KeyError, ValueError) as exc:
         raise IntegrityError(f"manifest file {path} is damaged: {exc}") from exc
     if "change" in names:
@@ -219,6 +240,13 @@ def columns_from_parquet(
             raise IntegrityError(f"manifest file {path} is damaged: unknown change kinds {sorted(map(str, kinds))}")
     return table
 
+
+def _with_key_hash(table: pa.Table) -> pa.Table:
+    """``table`` with its ``key_hash`` column, derived from ``key`` if the file left it out (format 2)."""
+    if "key_hash" in table.column_names or "key" not in table.column_names:
+        return table
+    hashes = hashing.key_hash_array(table.column("key"))
+    return table.add_column(min(1, table.num_columns), "key_hash", pa.array(hashes, pa.uint64()))
 
 
 def _all_of(group: pq.RowGroupMetaData, name: str, value: str) -> bool:

@@ -24,6 +24,11 @@ from litstore.format.hashing import split_unit, split_units
 
 FORMAT_VERSION = 1
 
+#: The format of a store's data files, fixed at creation (``StoreConfig.format_version``).
+#: 1: manifest files hold ``key_hash``. 2: they do not (it is derived from the key on read,
+#: which saves 8-10 bytes a record on disk and cannot disagree with the key).
+STORE_FORMAT_VERSION = 2
+
 _SPLIT_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}")
 
 
@@ -143,7 +148,7 @@ class SchemaRef(_Frozen):
 class StoreConfig(_Frozen):
     """``litstore.json``: what is fixed when a store is created."""
 
-    format_version: int = FORMAT_VERSION
+    format_version: int = STORE_FORMAT_VERSION
     key: str
     key_type: Literal["str", "int"] = "str"
     splits: SplitRule
@@ -156,10 +161,17 @@ class StoreConfig(_Frozen):
 
     @model_validator(mode="after")
     def _supported(self) -> StoreConfig:
-        if self.format_version > FORMAT_VERSION:
-            raise ValueError(f"store format {self.format_version} is newer than this litstore reads ({FORMAT_VERSION})")
+        if self.format_version > STORE_FORMAT_VERSION:
+            raise ValueError(
+                f"store format {self.format_version} is newer than this litstore reads ({STORE_FORMAT_VERSION})"
+            )
         _check_fields(self.fields, self.key)
         return self
+
+    @property
+    def stores_key_hash(self) -> bool:
+        """Whether this store's manifest files hold the ``key_hash`` column (format 1)."""
+        return self.format_version < 2
 
 
 def _check_fields(fields: dict[str, str] | None, key: str | None) -> None:

@@ -34,17 +34,18 @@ class KeyIndex:
 
         Every row's key hash must be its key's: a lookup finds records by hash and
         confirms them by key, so a row whose key was changed alone (a damaged or
-        crafted manifest) could otherwise serve a record another version committed.
+        crafted manifest file that holds key hashes) could otherwise serve a record
+        another version committed.
 
         Raises:
             IntegrityError: some rows hold a key hash that is not their key's.
         """
         chunk_names, chunk_codes = manifest_format.chunk_codes(manifest.column("chunk"))
         hashes = manifest.column("key_hash").to_numpy()
-        keys = manifest.column("key").to_pylist()
-        wrong = np.flatnonzero(hashing.key_hashes(keys) != hashes)
+        wrong = np.flatnonzero(hashing.key_hash_array(manifest.column("key")) != hashes)
         if len(wrong):
-            shown = describe([keys[i] for i in wrong[:5].tolist()])
+            keys = manifest.column("key").take(pa.array(wrong[:5])).to_pylist()
+            shown = describe(keys)
             raise IntegrityError(
                 f"the manifest is damaged: {len(wrong)} rows hold a key hash that is not their key's ({shown})"
             )

@@ -214,7 +214,7 @@ def publish(
     delta = _delta(config.key_type, number, current, declared_fields(config, parent))
     written: list[str] = []
     manifest_path = layout.manifest_delta(number, transaction)
-    storage.write(manifest_path, manifest_format.to_parquet(delta))
+    storage.write(manifest_path, manifest_format.to_parquet(delta, key_hash=config.stores_key_hash))
     written.append(manifest_path)
 
     chunks = _version_chunks(head.chunks(), current, moves)
@@ -235,7 +235,7 @@ def publish(
             config.key_type, head.manifest(), [manifest_format.decoded(delta)], declared_fields(config, parent)
         )
         checkpoint_path = layout.manifest_checkpoint(number, transaction)
-        storage.write(checkpoint_path, manifest_format.to_parquet(full))
+        storage.write(checkpoint_path, manifest_format.to_parquet(full, key_hash=config.stores_key_hash))
         written.append(checkpoint_path)
         pending_rows = 0
     fragment_ids = sorted(

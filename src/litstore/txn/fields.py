@@ -101,7 +101,7 @@ def _write(
     transaction = layout.new_transaction()
     written: list[str] = []
     checkpoint = layout.manifest_checkpoint(number, transaction)
-    storage.write(checkpoint, manifest_format.to_parquet(full))
+    storage.write(checkpoint, manifest_format.to_parquet(full, key_hash=head.config.stores_key_hash))
     written.append(checkpoint)
     indexes: dict[str, str] = {}
     for split, path in parent.indexes.items():

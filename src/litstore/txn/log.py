@@ -152,7 +152,7 @@ def write_checkpoint(storage: Storage, config: StoreConfig, version: Version, fu
     if full is None:
         full = compose_manifest(storage, config, version.number)
     path = layout.manifest_checkpoint(version.number, version.transaction)
-    storage.write(path, manifest_format.to_parquet(full))
+    storage.write(path, manifest_format.to_parquet(full, key_hash=config.stores_key_hash))
     return path
 
 

@@ -259,7 +259,8 @@ class _RunBuilder:
         self.declared = declared
         self.problems = _Problems()
         self.first_position: dict[Any, int] = {}  # key -> input position, within the current run
-        self.pieces: list[Batch] = []
+        self.pieces: list[tuple[Batch, int]] = []  # column-wise blocks of the run, with their first positions
+        self.indexed = 0  # how many of them have their keys in first_position
         self.size = 0  # payload bytes in the current run
         self.seen_records = 0
         self.seen_bytes = 0
@@ -292,19 +293,28 @@ class _RunBuilder:
             self._add_record(position + offset, raw)
 
     def _add_piece(self, position: int, piece: Batch) -> None:
-        first_position = self.first_position
-        clash = [
-            (index, key)
-            for index, key in enumerate(piece.keys)
-            if first_position.setdefault(key, position + index) != position + index
-        ]
-        for index, key in clash:
-            self.problems.add(DuplicateKeyError, position + index, key, f"same key as position {first_position[key]}")
+        """Add a block checked column-wise (its keys are distinct): only its keys against the run's need a look."""
+        earlier = [held.key_hashes for held, _ in self.pieces]
+        if self.keys or self.problems.found or (earlier and np.isin(piece.key_hashes, np.concatenate(earlier)).any()):
+            self._index_pieces()  # a key may repeat one seen before: check key by key, naming positions
+            first_position = self.first_position
+            for index, key in enumerate(piece.keys):
+                if first_position.setdefault(key, position + index) != position + index:
+                    detail = f"same key as position {first_position[key]}"
+                    self.problems.add(DuplicateKeyError, position + index, key, detail)
+            self.indexed = len(self.pieces) + 1
         size = _payload_bytes(piece)
         self._count(len(piece), size)
         if not self.problems.found:
-            self.pieces.append(piece)
+            self.pieces.append((piece, position))
             self.size += size
+
+    def _index_pieces(self) -> None:
+        """Enter the keys of the run's column-wise blocks into ``first_position`` (done only when needed)."""
+        for piece, position in self.pieces[self.indexed :]:
+            for index, key in enumerate(piece.keys):
+                self.first_position.setdefault(key, position + index)
+        self.indexed = len(self.pieces)
 
     def _count(self, records: int, size: int) -> None:
         self.seen_records += records
@@ -334,6 +344,7 @@ class _RunBuilder:
                 return
             if type(record[key_field]) is not type(key):  # np.int64(5) is stored as the key 5 it stands for
                 record = {**record, key_field: key}
+        self._index_pieces()
         earlier = self.first_position.setdefault(key, position)
         if earlier != position:
             problems.add(DuplicateKeyError, position, key, f"same key as position {earlier}")
@@ -375,12 +386,12 @@ class _RunBuilder:
 
     def take(self) -> Batch:
         """The current run, as one batch in input order; the builder starts a new run."""
-        pieces = self.pieces
+        pieces = [piece for piece, _ in self.pieces]
         if self.keys or not pieces:
             rule = self.config.splits
             splits = rule.assign_all(self.keys) if isinstance(rule, HashSplit) else self.splits
             pieces = [*pieces, _batch(self.keys, splits, self.payloads, self.contents, self.declared, self.values)]
-        self.pieces, self.size = [], 0
+        self.pieces, self.size, self.indexed = [], 0, 0
         self.first_position.clear()
         self._reset_records()
         return pieces[0] if len(pieces) == 1 else _concat(pieces)

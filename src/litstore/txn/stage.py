@@ -96,6 +96,7 @@ def stage(
             for run in [runs] if isinstance(runs, Batch) else runs:
                 runs_seen += 1
                 fingerprint += hashing.fingerprint_sum(run.keys, run.content_hashes)
+                run_rows = _rows_of(run, key_type)
                 split_names = np.array(run.splits, dtype=object)
                 for split in sorted(set(run.splits)):
                     members = np.flatnonzero(split_names == split)
@@ -105,9 +106,13 @@ def stage(
                         writer = writers[split] = ChunkWriter(
                             directory, transaction, prefix, numbers, chunk_bytes or config.chunk_bytes
                         )
-                    writer.add(run.payloads.take(pa.array(order)))
+                    taken = pa.array(order, pa.int64())
+                    writer.add(run.payloads.take(taken))
                     _release_freed()
-                    written.append(_rows_of(run, order, split, key_type))
+                    split_column = pa.DictionaryArray.from_arrays(
+                        pa.array(np.zeros(len(order), np.int32)), pa.array([split], pa.string())
+                    ).cast(pa.string())
+                    written.append(run_rows.take(taken).add_column(3, "split", split_column))
                     bar.update(len(order))
             chunks = {split: tuple(writer.close()) for split, writer in sorted(writers.items())}
             _release_freed()
@@ -140,20 +145,17 @@ def discard(storage: Storage, fragment: StagedFragment) -> None:
     storage.delete_tree(layout.fragment(fragment.transaction))
 
 
-def _rows_of(run: Batch, order: np.ndarray, split: str, key_type: pa.DataType) -> pa.Table:
-    taken = pa.array(order, pa.int64())
+def _rows_of(run: Batch, key_type: pa.DataType) -> pa.Table:
+    """The run's manifest columns known before it is written (all but split, chunk and row), in run order."""
     contents = pa.FixedSizeBinaryArray.from_buffers(
         pa.binary(16), len(run), [None, pa.py_buffer(b"".join(run.content_hashes))]
     )
     columns = {
-        "key": pa.array(run.keys, key_type).take(taken),
-        "key_hash": pa.array(run.key_hashes[order], pa.uint64()),
-        "content_hash": contents.take(taken),
-        "split": pa.DictionaryArray.from_arrays(
-            pa.array(np.zeros(len(order), np.int32)), pa.array([split], pa.string())
-        ).cast(pa.string()),
+        "key": pa.array(run.keys, key_type),
+        "key_hash": pa.array(run.key_hashes, pa.uint64()),
+        "content_hash": contents,
     }
-    columns.update((name, values.take(taken)) for name, values in run.fields.items())
+    columns.update(run.fields)
     return pa.table(columns)
 
 
