@@ -130,10 +130,23 @@ def from_dicts(records: list[Any]) -> pa.Table | None:
         if len(kinds) > 1 or not kinds <= _PLAIN_TYPES:
             return None
         try:
-            columns.append(pa.array(values))
+            columns.append(_column(values, next(iter(kinds), None)))
         except (OverflowError, UnicodeEncodeError, pa.ArrowException):
             return None
     return pa.Table.from_arrays(columns, names=names)
+
+
+def _column(values: list[Any], kind: type | None) -> pa.Array:
+    """``values``, all ``kind`` or ``None``, as an Arrow array of the type that gives them back exactly."""
+    if kind is None:
+        return pa.nulls(len(values))
+    if kind is int:
+        try:
+            return pa.array(values, pa.int64())
+        except (OverflowError, pa.ArrowInvalid):
+            return pa.array(values, pa.uint64())  # ints past int64 that fit in 64 bits unsigned
+    arrow_type = {float: pa.float64, bool: pa.bool_, str: pa.string, bytes: pa.large_binary}[kind]()
+    return pa.array(values, arrow_type)
 
 
 def encode_table(table: pa.Table) -> pa.LargeBinaryArray | None:

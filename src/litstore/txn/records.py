@@ -212,8 +212,10 @@ def prepare_runs(
         yield builder.take()
 
 
-#: Records checked and encoded together on the column-wise path (the first blocks are smaller).
+#: Records checked and encoded together on the column-wise path, until their size is known;
+#: then a block holds about what fills the current run (at most _MAX_BLOCK_RECORDS).
 _BLOCK_RECORDS = 4096
+_MAX_BLOCK_RECORDS = 1 << 16
 
 
 def _table_blocks(table: pa.Table, run_bytes: int | None) -> Iterator[tuple[int, pa.Table]]:
@@ -274,11 +276,12 @@ class _RunBuilder:
         self.values: dict[str, list[Any]] = {name: [] for name, _ in self.declared}
 
     def block_records(self) -> int:
-        """How many records the next block of a record stream should hold."""
+        """How many records the next block of a record stream should hold: about what fills the current run."""
         if self.run_bytes is None or not self.seen_bytes:
             return _BLOCK_RECORDS
         average = self.seen_bytes / max(self.seen_records, 1)
-        return int(max(1, min(_BLOCK_RECORDS, self.run_bytes // 4 / max(average, 1))))
+        room = max(self.run_bytes - self.size, self.run_bytes // 16)
+        return int(max(1, min(_MAX_BLOCK_RECORDS, room / max(average, 1))))
 
     def add_block(self, position: int, block: pa.Table | list[Any]) -> None:
         table = block if isinstance(block, pa.Table) else None
