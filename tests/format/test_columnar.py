@@ -351,8 +351,9 @@ def _declined_rightly(records: list[dict[str, Any]]) -> bool:
         values = [record[name] for record in records]
         if len({type(value) for value in values} - {type(None)}) > 1:
             return True
-        if any(type(value) is int and not -(2**63) <= value < 2**63 for value in values):
-            return True
+        ints = [value for value in values if type(value) is int]
+        if ints and not (-(2**63) <= min(ints) and max(ints) < 2**63) and not (0 <= min(ints) and max(ints) < 2**64):
+            return True  # neither int64 nor uint64 holds the column
     return False
 
 
@@ -371,7 +372,8 @@ class Label(str):
         [{"a": Label("x")}],
         [{"a": [1]}],
         [{"a": {"b": 1}}],
-        [{"a": 2**63}],
+        [{"a": 2**64}],
+        [{"a": -1}, {"a": 2**63}],
         [{"a": "\ud800"}],
         [{1: "x"}],
         [("a", 1)],
@@ -380,6 +382,13 @@ class Label(str):
 )
 def test_dicts_that_a_table_would_change_are_declined(records: list[Any]) -> None:
     assert from_dicts(records) is None
+
+
+def test_ints_past_int64_that_fit_uint64_become_a_uint64_column() -> None:
+    records = [{"a": 2**63}, {"a": 2**64 - 1}, {"a": 0}, {"a": None}]
+    built = from_dicts(records)
+    assert built is not None and built.schema.field("a").type == pa.uint64()
+    assert _encoded(built) == [codec.encode(record) for record in records]
 
 
 def test_dicts_with_nulls_and_every_plain_type_become_a_table() -> None:
