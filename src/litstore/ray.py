@@ -186,7 +186,7 @@ class _StoreDatasink(Datasink[list[txn.StagedFragment]]):
         try:
             for block in blocks:
                 records = _records(block)
-                if records:
+                if len(records):
                     fragments.append(store.stage(records))
             if self._registry is not None:
                 ray.get(self._registry.add.remote(fragments))
@@ -227,10 +227,16 @@ class _StoreDatasink(Datasink[list[txn.StagedFragment]]):
             self._registry = None
 
 
-def _records(block: Block) -> list[dict[str, Any]]:
-    """The rows of ``block`` as records: plain values, tensor columns as numpy arrays."""
+def _records(block: Block) -> pa.Table | list[dict[str, Any]]:
+    """The rows of ``block`` as records: its Arrow table when every column is plain, else dicts.
+
+    A plain table is staged column by column; Ray's tensor and Python-object columns
+    come out of dicts as numpy arrays.
+    """
     accessor = BlockAccessor.for_block(block)
     table = accessor.to_arrow()
+    if not any(isinstance(column.type, pa.ExtensionType) for column in table.columns):
+        return table
     columns: dict[str, list[Any]] = {}
     for name, column in zip(table.column_names, table.columns, strict=True):
         if isinstance(column.type, pa.ExtensionType):  # Ray's tensor and Python-object columns

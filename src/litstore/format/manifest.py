@@ -228,10 +228,12 @@ def columns_from_parquet(
         groups = list(range(file.num_row_groups))
         if skip is not None:
             groups = [group for group in groups if not _all_of(file.metadata.row_group(group), "change", str(skip))]
-        read = list(names)
-        if "key_hash" in names and "key_hash" not in file.schema_arrow.names:
-            read = [name for name in names if name != "key_hash"] + ([] if "key" in names else ["key"])
-        table = _with_key_hash(file.read_row_groups(groups, columns=read)).select(list(names)).cast(target)
+        derive = "key_hash" in names and "key_hash" not in file.schema_arrow.names  # format 2: from the keys
+        read = [name for name in names if not (derive and name == "key_hash")]
+        if derive and "key" not in read:
+            read.append("key")
+        table = file.read_row_groups(groups, columns=read)
+        table = (_with_key_hash(table) if derive else table).select(list(names)).cast(target)
     except (pa.ArrowException, OSError, KeyError, ValueError) as exc:
         raise IntegrityError(f"manifest file {path} is damaged: {exc}") from exc
     if "change" in names:
