@@ -188,3 +188,36 @@ def test_committed_item_holding_two_records_never_shifts_the_records_after_it(
     for part in (chunk, f"row {row}"):
         assert part in str(error)
     assert records == expected[:hostile]
+
+
+def _swallowing_pair() -> tuple[bytes, bytes, bytes]:
+    """Items 0 and 1 of a chunk: item 0 holds a record, filler, and the start of a bin8 value
+    that swallows item 1's framing and payload; both content hashes are the committed ones."""
+    first, second = codec.encode({"id": "k0", "v": 0}), codec.encode({"id": "k1", "v": 1})
+    framing = len(second).to_bytes(4, "little")
+    payload = first + b"\0\0\0\0" + b"\xc4" + bytes([len(framing) + len(second)])
+    items = [len(payload).to_bytes(4, "little") + payload, framing + second]
+    offsets = [16]
+    for item in items:
+        offsets.append(offsets[-1] + len(item))
+    header = (2).to_bytes(4, "little") + b"".join(offset.to_bytes(4, "little") for offset in offsets)
+    return header + b"".join(items), payload, second
+
+
+def test_an_item_swallowing_the_next_one_is_refused_by_the_block_decoder() -> None:
+    from litstore.read.decoded import DecodedChunk
+
+    chunk, payload, second = _swallowing_pair()
+    decoded = DecodedChunk(chunk, "c.bin", hashing.content_hash(payload) + hashing.content_hash(second))
+    with pytest.raises(IntegrityError, match="row 0"):
+        decoded.take(0)
+    assert decoded.take(1) == {"id": "k1", "v": 1}  # the item after it keeps its own record
+
+
+def test_get_many_decoding_refuses_a_payload_holding_two_records() -> None:
+    first, second = codec.encode({"id": "k0"}), codec.encode({"id": "k1"})
+    with pytest.raises(IntegrityError, match="exactly one record"):
+        codec.decode_each([first + second, b""])
+    with pytest.raises(IntegrityError):
+        codec.decode_each([first + second[:3], second[3:]])
+    assert codec.decode_each([first, second]) == [{"id": "k0"}, {"id": "k1"}]

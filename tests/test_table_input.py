@@ -189,3 +189,39 @@ def test_column_wise_bytes_are_the_canonical_bytes(
     store = litstore.Store.create(tmp_path_factory.mktemp("s"), key="id")
     store.append(records)
     assert _content_hashes(store) == {r["id"]: hashing.content_hash(codec.encode(r)) for r in records}
+
+
+def test_a_table_without_columns_is_refused_row_for_row(tmp_path: Path) -> None:
+    store = _store(tmp_path / "s")
+    empty_columns = pa.table({"id": ["a", "b", "c"]}).drop_columns(["id"])
+    with pytest.raises(litstore.KeyFieldError) as caught:
+        store.append(empty_columns)
+    assert [position for position, _ in caught.value.culprits] == [0, 1, 2]
+
+
+@pytest.mark.parametrize("column", ["id", "note"])
+def test_text_that_is_not_utf8_is_refused_naming_the_column(tmp_path: Path, column: str) -> None:
+    values = {"id": ["a", "b"], "note": ["x", "y"], "split": ["train", "train"]}
+    broken = pa.Array.from_buffers(
+        pa.string(), 2, [None, pa.py_buffer(b"\0\0\0\0\1\0\0\0\2\0\0\0"), pa.py_buffer(b"\xff\xfe")]
+    )
+    table = pa.table({**values, column: broken})
+    store = _store(tmp_path / "s")
+    before = tree_state(tmp_path / "s")
+    with pytest.raises(litstore.InvalidArgumentError, match=f"column '{column}'.*UTF-8"):
+        store.append(table)
+    assert tree_state(tmp_path / "s") == before
+
+
+class _Name(str):
+    """A str subclass as a field name: the record-by-record path refuses it."""
+
+
+def test_a_field_name_of_a_str_subclass_in_a_later_record_is_refused_as_record_by_record(tmp_path: Path) -> None:
+    records = _records(5)
+    records[3] = {(_Name(name) if name == "label" else name): value for name, value in records[3].items()}
+    with pytest.raises(litstore.SchemaError) as column_wise:
+        _store(tmp_path / "a").append(records)
+    with pytest.raises(litstore.SchemaError) as one_by_one:
+        _store(tmp_path / "b").append(_one_by_one(records))
+    assert column_wise.value.culprits == one_by_one.value.culprits == [(3, "k00003")]

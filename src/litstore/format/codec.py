@@ -27,6 +27,7 @@ that break a rule raise :class:`IntegrityError`.
 
 from __future__ import annotations
 
+import itertools
 import math
 import sys
 import threading
@@ -339,47 +340,47 @@ def decode_all(data: bytes, where: str = "records") -> list[Any]:
 # decode_each joins this many payloads at a time: small joins stay in the allocator's
 # reused memory, where one big join would map (and fault in) fresh pages every call.
 _FEED_ITEMS = 32
-_FEED_BYTES = 64 * 1024
 
 
 def decode_each(payloads: Sequence[bytes | memoryview], where: str = "records") -> list[Any]:
     """The record each of ``payloads`` encodes, in order: :func:`decode_all` without joining them all first.
 
     One unpacker reads the payloads a few at a time, which is faster than one big join
-    (or one ``decode`` call per payload) when there are thousands of them.
+    (or one ``decode`` call per payload) when there are thousands of them. Each payload
+    must hold exactly one record: a record may not end early or run into the next one
+    (two records in one committed payload would otherwise shift every record after it).
 
     Raises:
-        IntegrityError: the bytes are not canonical records, or not as many as there
-            are payloads (``where`` names them).
+        IntegrityError: the bytes are not canonical records, or a payload does not hold
+            exactly one (``where`` names them).
     """
-    total = sum(map(len, payloads))
-    unpacker = msgpack.Unpacker(
-        max_buffer_size=max(total, 1), read_size=max(min(total, _FEED_BYTES), 1), **_UNPACK_OPTIONS
-    )
-    feed = unpacker.feed
+    unpacker = msgpack.Unpacker(max_buffer_size=max(sum(map(len, payloads)), 1), **_UNPACK_OPTIONS)
+    feed, unpack, tell = unpacker.feed, unpacker.unpack, unpacker.tell
+    ends = itertools.accumulate(map(len, payloads))
     records: list[Any] = []
-    extend = records.extend
+    append = records.append
     try:
         for start in range(0, len(payloads), _FEED_ITEMS):
-            feed(b"".join(payloads[start : start + _FEED_ITEMS]))
-            extend(unpacker)
-    except (IntegrityError, *_DECODE_FAILURES) as exc:
+            group = payloads[start : start + _FEED_ITEMS]
+            feed(b"".join(group))
+            for end in itertools.islice(ends, len(group)):
+                append(unpack())
+                if tell() != end:
+                    raise IntegrityError(f"{where}: payload {len(records) - 1} does not hold exactly one record")
+    except (*_DECODE_FAILURES, msgpack.OutOfData) as exc:
         raise IntegrityError(f"{where}: stored bytes do not decode: {exc!r}") from exc
-    if len(records) != len(payloads) or unpacker.tell() != total:
-        raise IntegrityError(f"{where}: {len(payloads)} payloads decoded as {len(records)} records")
     return records
 
 
-def decode_framed(chunk: memoryview, offsets: Any, aligned: bool) -> list[Any] | None:
+def decode_framed(chunk: memoryview, offsets: Any) -> list[Any] | None:
     """The records of consecutive items of a chunk in litdata's item framing (a 4-byte size before each payload).
 
     ``offsets`` are the item offsets from the first item's to the end of the last
-    (``num_items + 1`` of them for the whole chunk); only those bytes are read. With
-    ``aligned`` the caller vouches that every payload is a committed record (its
-    content hash matched), so each decodes as exactly one object and only the total
-    is checked; otherwise each item's end is checked as it is read. Returns ``None``
-    when the items cannot be decoded this way (damage): decode them one by one to
-    find which.
+    (``num_items + 1`` of them for the whole chunk); only those bytes are read. Each
+    item must hold exactly one record, ending where its framing says: a committed
+    item holding two records (its content hash matching) would otherwise hand every
+    following item its neighbour's record. Returns ``None`` when the items cannot be
+    decoded this way (damage): decode them one by one to find which.
     """
     count = len(offsets) - 1
     if not count:
@@ -391,18 +392,11 @@ def decode_framed(chunk: memoryview, offsets: Any, aligned: bool) -> list[Any] |
     records: list[Any] = []
     append = records.append
     try:
-        if aligned:
-            for _ in range(count):
-                skip(4)
-                append(unpack())
-            if tell() != stop - base:  # a payload held more or less than one record
+        for end in (offsets[1:] - base).tolist():
+            skip(4)
+            append(unpack())
+            if tell() != end:
                 return None
-        else:
-            for end in (offsets[1:] - base).tolist():
-                skip(4)
-                append(unpack())
-                if tell() != end:
-                    return None
     except (*_DECODE_FAILURES, msgpack.OutOfData):
         return None
     return records

@@ -21,6 +21,7 @@ itself at every boundary.
 
 from __future__ import annotations
 
+import itertools
 from collections import Counter
 from collections.abc import Iterator
 from operator import itemgetter
@@ -77,10 +78,15 @@ def as_table(records: object) -> pa.Table | None:
     recognised by the module of the type and never imported here, so that a caller who
     does not use them never pays their import time.
 
+    A pandas DataFrame goes through Arrow as pandas users expect of it: NaN in a float
+    column is a missing value (stored as ``None``), array cells become lists, column
+    names become str. Pass ``df.to_dict("records")`` to store the rows' Python values
+    exactly instead.
+
     Raises:
         InvalidArgumentError: the table's column names repeat (a record cannot hold one
-            key twice), or a pandas DataFrame cannot be converted to Arrow (a column
-            mixes value types).
+            key twice), a text column is not valid UTF-8, or a pandas DataFrame cannot
+            be converted to Arrow (a column mixes value types).
     """
     table: pa.Table | None
     if isinstance(records, pa.Table):
@@ -98,6 +104,13 @@ def as_table(records: object) -> pa.Table | None:
     else:
         return None
     _check_names(table.column_names, "table")
+    for name, column in zip(table.column_names, table.columns, strict=True):
+        kind = column.type.value_type if pa.types.is_dictionary(column.type) else column.type
+        if _is_text(kind):
+            try:
+                column.validate(full=True)
+            except pa.ArrowInvalid as exc:
+                raise InvalidArgumentError(f"column {name!r} of the table is not valid UTF-8 text: {exc}") from exc
     return table
 
 
@@ -118,8 +131,10 @@ def from_dicts(records: list[Any]) -> pa.Table | None:
     if not records or set(map(type, records)) != {dict}:
         return None
     names = list(records[0])
-    if not names or set(map(type, names)) - {str} or set(map(len, records)) != {len(names)}:
+    if not names or set(map(len, records)) != {len(names)}:
         return None
+    if set(map(type, itertools.chain.from_iterable(records))) != {str}:
+        return None  # a field name that is not a plain str, in any record
     columns = []
     for name in names:
         try:  # with every record as long as the first, each has exactly its keys if each has every one

@@ -125,7 +125,7 @@ class DecodedChunk:
                     -1, 16
                 )
                 damaged = (np.flatnonzero(differs.any(axis=1)) + first).tolist()
-        decoded = codec.decode_framed(self._view, offsets, aligned=self._expected is not None and not damaged)
+        decoded = codec.decode_framed(self._view, offsets)
         self._records[first:last] = decoded if decoded is not None else [_ALONE] * (last - first)
         for row in damaged:
             self._records[row] = DAMAGED

@@ -223,7 +223,7 @@ def _table_blocks(table: pa.Table, run_bytes: int | None) -> Iterator[tuple[int,
     count = table.num_rows
     step = count if run_bytes is None else max(1, run_bytes * count // max(table.nbytes, 1))
     for start in range(0, count, max(step, 1)):
-        yield start, table.slice(start, step)
+        yield start, table.slice(start, min(step, count - start))  # clamped: a table without columns is not
 
 
 def _record_blocks(records: Iterable[Any], builder: _RunBuilder) -> Iterator[tuple[int, list[Any]]]:
@@ -420,7 +420,7 @@ def _concat(pieces: list[Batch]) -> Batch:
 
 def _table_rows(table: pa.Table, step: int = 8192) -> Iterator[dict[str, Any]]:
     for start in range(0, table.num_rows, step):
-        yield from table.slice(start, step).to_pylist()
+        yield from table.slice(start, min(step, table.num_rows - start)).to_pylist()
 
 
 def _hash_splits(rule: object, keys: list[Any]) -> list[str]:
