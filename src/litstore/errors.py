@@ -19,7 +19,7 @@ built-in type, the error also derives from it, so ``except KeyError`` keeps work
     ├── QueryError (ValueError)              ``store.sql`` was given a query DuckDB rejects
     ├── StreamStateError (ValueError)        a loader state saved on another version or subset
     ├── ConflictError                        another writer committed the same version first
-    ├── IngestError                          ``Store.ingest``'s function failed on an input
+    ├── IngestError                          ``Store.ingest``'s function failed on an input, or a worker died
     ├── MissingDependencyError (ImportError) an optional dependency (pandas, polars, ray, ...) is not installed
     ├── IntegrityError                       data does not match what was committed
     │   └── VerificationError                raised by ``VerifyReport.raise_if_failed()``
@@ -141,14 +141,14 @@ class ConflictError(LitstoreError):
 
 
 class IngestError(LitstoreError):
-    """``Store.ingest``'s function failed on one of the inputs; nothing was committed.
+    """``Store.ingest``'s function failed on one of the inputs, or a worker process died; nothing was committed.
 
     Attributes:
-        position: the failing input's position in ``inputs``.
-        input: the failing input (its ``repr`` is in the message).
+        position: the failing input's position in ``inputs``; ``None`` where a worker died.
+        input: the failing input (its ``repr`` is in the message); ``None`` where a worker died.
     """
 
-    def __init__(self, message: str, position: int, value: Any) -> None:
+    def __init__(self, message: str, position: int | None = None, value: Any = None) -> None:
         super().__init__(message)
         self.position = position
         self.input = value

@@ -13,13 +13,21 @@ or two workers produce the same key, nothing is committed and every staged fragm
 is removed.
 
 Workers share no state with the caller (``fn`` must be importable, e.g. a module-level
-function, as with ``optimize``). Where the platform has it, they are forked from
-multiprocessing's fork server, which is itself a fresh process (so this is as safe as
-``spawn`` in a caller with threads) and imports litstore once for all the workers of
-every ingest of the calling process: a ``spawn`` worker spends about 0.6 s importing
-litstore, numpy, pyarrow and pandas before it does any work, paid again by every call,
-a fixed cost that no number of workers shortens. Elsewhere workers are spawned.
-``num_workers=0`` runs everything in the calling process.
+function, as with ``optimize``), but each runs with the caller's environment variables
+and working directory as they are when ``ingest`` is called, as a spawned worker would:
+credentials, endpoints, ``CUDA_VISIBLE_DEVICES`` or tokens that ``fn`` reads follow the
+caller. Where the platform has it, workers are forked from multiprocessing's fork
+server, which is itself a fresh process (so this is as safe as ``spawn`` in a caller with
+threads) and imports litstore once for all the workers of every ingest of the calling
+process: a ``spawn`` worker spends about 0.6 s importing litstore, numpy, pyarrow and
+pandas before it does any work, paid again by every call, a fixed cost that no number of
+workers shortens. Elsewhere workers are spawned. Two consequences of the fork server:
+a variable read only when a library is imported (e.g. the BLAS thread count numpy reads
+from ``OMP_NUM_THREADS``) keeps the value it had when the fork server started; and
+starting the fork server is process-wide: a caller that uses the ``forkserver`` start
+method after an ingest gets this fork server, with litstore imported in it (the preload
+list the caller set is left as it was). ``num_workers=0`` runs everything in the calling
+process.
 """
 
 from __future__ import annotations
@@ -28,8 +36,11 @@ import itertools
 import multiprocessing
 import os
 import pickle
+import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import FIRST_EXCEPTION, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
+from multiprocessing import forkserver
 from typing import TYPE_CHECKING, Any, Literal
 
 import pydantic
@@ -55,11 +66,14 @@ _BLOCKS_PER_WORKER = 256
 #: How often (seconds) the progress bar is moved while workers run.
 _PROGRESS_EVERY = 0.2
 
-#: What the fork server imports before it forks any worker: the caller's main module
-#: (what a spawned worker imports first, and the fork server's default), litstore's write
-#: path, and pandas, which pyarrow imports the first time it converts Python values (where
-#: pandas is not installed the fork server skips it).
-_PRELOAD = ("__main__", "litstore.ingest", "litstore.store", "pandas")
+#: What the fork server imports before it forks any worker, after what the caller asked it
+#: to preload (by default the caller's main module, which a spawned worker imports first):
+#: litstore's write path, and pandas, which pyarrow imports the first time it converts
+#: Python values (where pandas is not installed the fork server skips it).
+_PRELOAD = ("litstore.ingest", "litstore.store", "pandas")
+
+#: Held while the process-wide preload list is changed and put back.
+_PRELOAD_LOCK = threading.Lock()
 
 #: A block of inputs: the position of its first input in ``inputs``, and the inputs.
 Block = tuple[int, Sequence[Any]]
@@ -78,7 +92,13 @@ def ingest(
 ) -> Version:
     """Run ``fn`` over ``inputs`` in ``num_workers`` processes and commit what it returns as one version.
 
-    See :meth:`litstore.Store.ingest`.
+    See :meth:`litstore.Store.ingest`. The first ingest with workers starts the fork server
+    (about 120 MB resident), which stays alive until the calling process exits, so that
+    later ingests fork their workers from it.
+
+    Raises:
+        IngestError: ``fn`` failed on an input, an input cannot be sent to a worker process,
+            or a worker process died; nothing was committed.
     """
     if not callable(fn):
         raise InvalidArgumentError(f"fn must be a function of one input, got {fn!r}")
@@ -115,7 +135,7 @@ def _run_workers(
     Raises:
         InvalidArgumentError: ``fn`` cannot be sent to a worker process.
         IngestError: ``fn`` failed on an input, or an input cannot be sent to a worker
-            process; the other workers stop at their next block.
+            process (the other workers stop at their next block); or a worker process died.
         LitstoreError: whatever a worker raised first (a rejected record, a key twice).
     """
     try:
@@ -129,8 +149,9 @@ def _run_workers(
     stop = context.Event()
     done: Synchronized[int] = context.Value("q", 0)
     root, options, model = store.root, dict(store.storage.options), store.head().model
+    shared = (queue, stop, done, dict(os.environ))
     try:
-        with ProcessPoolExecutor(workers, context, initializer=_join, initargs=(queue, stop, done)) as pool:
+        with ProcessPoolExecutor(workers, context, initializer=_join, initargs=shared) as pool:
             try:
                 pending = {pool.submit(_stage_blocks, root, options, model, fn) for _ in range(workers)}
                 for block in blocks:
@@ -155,6 +176,12 @@ def _run_workers(
             except BaseException:
                 stop.set()  # the workers stop at their next block instead of finishing every block
                 raise
+    except BrokenProcessPool as exc:
+        raise IngestError(
+            "a worker process died before it finished: it could not import the calling script "
+            "(guard the script's top-level code with `if __name__ == '__main__':`), it was killed "
+            f"(e.g. for memory), or fn ended it; nothing was committed ({exc})"
+        ) from exc
     finally:
         queue.cancel_join_thread()  # blocks no worker will take must not keep this process from exiting
         queue.close()
@@ -184,13 +211,20 @@ def _packed(block: Block) -> bytes:
 def _context() -> BaseContext:
     """How worker processes are started: forked from the fork server where there is one, else spawned.
 
-    The preload list only takes effect when the fork server starts (the first ingest of
-    the process, unless the caller started it already); it is process-wide state.
+    The fork server is started here, if it is not running, with litstore added to the
+    modules it preloads; the process-wide preload list is then put back as it was.
     """
     if "forkserver" not in multiprocessing.get_all_start_methods():
         return multiprocessing.get_context("spawn")
     context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload(list(_PRELOAD))
+    with _PRELOAD_LOCK:
+        # multiprocessing has no getter for the list; its default is the caller's main module.
+        previous = list(getattr(forkserver._forkserver, "_preload_modules", ["__main__"]))
+        context.set_forkserver_preload([*previous, *(name for name in _PRELOAD if name not in previous)])
+        try:
+            forkserver.ensure_running()
+        finally:
+            context.set_forkserver_preload(previous)
     return context
 
 
@@ -212,10 +246,17 @@ _stop: Event | None = None
 _done: Synchronized[int] | None = None
 
 
-def _join(queue: Queue[bytes | None], stop: Event, done: Synchronized[int]) -> None:
-    """In a worker, as it starts: keep the pool's shared objects."""
+def _join(queue: Queue[bytes | None], stop: Event, done: Synchronized[int], environ: dict[str, str]) -> None:
+    """In a worker, as it starts: keep the pool's shared objects and take the caller's environment.
+
+    A worker forked from the fork server inherits the environment of the moment the fork
+    server started; ``fn`` must see the caller's environment of this ingest instead.
+    """
     global _queue, _stop, _done
     _queue, _stop, _done = queue, stop, done
+    for name in os.environ.keys() - environ.keys():
+        del os.environ[name]
+    os.environ.update(environ)
 
 
 def _stage_blocks(

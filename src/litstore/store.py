@@ -424,7 +424,8 @@ class Store:
         :meth:`upsert`. ``fn`` must be importable by the workers (a module-level function).
 
         Raises:
-            IngestError: ``fn`` failed on an input (the error names it); nothing was committed.
+            IngestError: ``fn`` failed on an input (the error names it), or a worker
+                process died; nothing was committed.
             DuplicateKeyError: two inputs produced the same key, or (``append``) a key the
                 store has; nothing was committed.
             KeyFieldError, SchemaError, SplitError: a record ``fn`` made was rejected.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 
@@ -51,3 +52,19 @@ def failing_first_slow_after(line: str) -> dict[str, object]:
     time.sleep(0.02)
     Path(directory, number).touch()
     return record(int(number))
+
+
+#: The environment variable ``marked_record`` reads.
+MARK = "LITSTORE_TEST_INGEST_MARK"
+
+
+def marked_record(i: int) -> dict[str, object]:
+    """An ingest ``fn`` recording the value of ``MARK`` in the worker's environment (``"<unset>"``: none)."""
+    return {"id": f"k{i:04d}", "mark": os.environ.get(MARK, "<unset>")}
+
+
+def exiting_on_7(i: int) -> dict[str, object]:
+    """An ingest ``fn`` that ends its worker process on input 7, as if it were killed."""
+    if i == 7:
+        os._exit(1)
+    return record(i)

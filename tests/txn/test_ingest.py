@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterator
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -12,7 +13,17 @@ import litstore
 from litstore.format import layout
 from tests.conftest import tree_state
 
-from ._workers import failing_first_slow_after, failing_generator, failing_on_13, one_record, record, records_of_line
+from ._workers import (
+    MARK,
+    exiting_on_7,
+    failing_first_slow_after,
+    failing_generator,
+    failing_on_13,
+    marked_record,
+    one_record,
+    record,
+    records_of_line,
+)
 
 
 @pytest.mark.integration
@@ -136,6 +147,43 @@ def test_what_cannot_reach_a_worker_is_named_and_nothing_is_committed(
     assert raised.value.position == 5
     with pytest.raises(litstore.InvalidArgumentError, match="importable"):
         store.ingest(lambda i: record(i), range(3), num_workers=2, progress=False)
+    assert tree_state(Path(store.root)) == before
+
+
+@pytest.mark.integration
+def test_workers_see_the_environment_of_each_call(
+    make_store: Callable[..., litstore.Store], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Workers forked from the long-lived fork server still run with the caller's current environment."""
+    store = make_store(key="id")
+    monkeypatch.setenv(MARK, "first")
+    store.ingest(marked_record, range(4), num_workers=2, progress=False)
+    monkeypatch.setenv(MARK, "second")
+    store.ingest(marked_record, range(4, 8), num_workers=2, progress=False)
+    monkeypatch.delenv(MARK)
+    store.ingest(marked_record, range(8, 12), num_workers=2, progress=False)
+    marks = {key: value["mark"] for key, value in store.items()}
+    assert marks == {f"k{i:04d}": ["first", "second", "<unset>"][i // 4] for i in range(12)}
+
+
+@pytest.mark.integration
+def test_a_worker_that_dies_is_a_typed_error_and_nothing_is_committed(
+    make_store: Callable[..., litstore.Store],
+) -> None:
+    """A worker process that exits (killed, or unable to import the caller's script) raises IngestError."""
+    store = make_store(key="id")
+    store.append([record(5000)])
+    before = tree_state(Path(store.root))
+    with pytest.raises(litstore.IngestError, match="worker process died") as raised:
+        store.ingest(exiting_on_7, range(40), num_workers=2, progress=False)
+    assert raised.value.position is None
+    reopened = litstore.open(store.root)
+    assert reopened.version.number == 1 and dict(reopened.items()) == {"k5000": record(5000)}
+    after = tree_state(Path(store.root))
+    assert {path: digest for path, digest in after.items() if not path.startswith(layout.FRAGMENTS + "/")} == {
+        path: digest for path, digest in before.items() if not path.startswith(layout.FRAGMENTS + "/")
+    }, "only staged fragments may be left behind"
+    store.gc(grace=timedelta(0))  # what a killed worker had staged is debris of a write that never committed
     assert tree_state(Path(store.root)) == before
 
 
