@@ -213,7 +213,7 @@ def columns_from_parquet(
     groups of their own lets a diff skip them).
 
     Raises:
-        IntegrityError: the file at ``path`` is damaged or lacks one of ``names``.
+        IntegrityError: the file at ``path`` is damaged, lacks one of ``names``, or has a row without a key.
     """
     expected = delta_schema(key_type)
     target = pa.schema(
@@ -236,6 +236,11 @@ def columns_from_parquet(
         table = (_with_key_hash(table) if derive else table).select(list(names)).cast(target)
     except (pa.ArrowException, OSError, KeyError, ValueError) as exc:
         raise IntegrityError(f"manifest file {path} is damaged: {exc}") from exc
+    if "key" in names and table.column("key").null_count:
+        # A keyless row names no record: a diff would report it as added or removed.
+        raise IntegrityError(
+            f"manifest file {path} is damaged: {table.column('key').null_count} of its rows have no key"
+        )
     if "change" in names:
         kinds = {kind for chunk in table.column("change").chunks for kind in chunk.dictionary.to_pylist()}
         if not kinds <= {str(kind) for kind in ChangeKind}:

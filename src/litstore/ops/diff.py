@@ -1,11 +1,13 @@
 """What changed between two versions: keys from their manifests, and on request which fields.
 
 :meth:`Diff.of` reads manifests only, never chunk data: when the version log says which
-keys the commits between the two versions touched, only those keys' rows of both
-versions (:func:`litstore.read.manifests.touched_rows`); otherwise both whole
-manifests (:meth:`Diff.between`). The results are the same. :meth:`Diff.with_fields`
-then decodes the changed records alone (the old record from the old version, the new
-one from the new) to name the top-level fields whose values differ.
+keys the commits between the two versions touched, and the versions' fingerprints
+confirm that those keys are all that changed, only those keys' rows of both versions
+(:func:`litstore.read.manifests.touched_rows`); otherwise both whole manifests
+(:meth:`Diff.between`). The results are the same, even where a delta row was relabelled
+after commit. :meth:`Diff.with_fields` then decodes the changed records alone (the old
+record from the old version, the new one from the new) to name the top-level fields
+whose values differ.
 """
 
 from __future__ import annotations

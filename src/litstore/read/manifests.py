@@ -10,7 +10,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from litstore.format import layout
+from litstore.format import hashing, layout
 from litstore.format import manifest as manifest_format
 from litstore.format.manifest import ChangeKind
 from litstore.format.models import ExpiredVersion, StoreConfig, Version
@@ -72,9 +72,11 @@ def touched_rows(storage: Storage, config: StoreConfig, old: Version, new: Versi
 
     Returns None when the log cannot say which keys were touched (gc expired a
     version between them, a delta is missing, a version wrote only a checkpoint and
-    is not an ``add_fields`` of its parent's records), or when the deltas between
+    is not an ``add_fields`` of its parent's records), when the deltas between
     them are much bigger than the newer version's checkpoint they would stand in
-    for: the caller then compares whole manifests.
+    for, or when the rows found do not account for the difference of the two
+    versions' fingerprints (:func:`_accounts_for`: a delta edited after its commit):
+    the caller then compares whole manifests.
 
     Raises:
         IntegrityError: a manifest file or commit record is damaged.
@@ -115,10 +117,38 @@ def touched_rows(storage: Storage, config: StoreConfig, old: Version, new: Versi
         high_rows = _live(touched, config.key_type)
         if touched.num_rows:
             low_files = low_files or [pool.submit(search, path, columns) for path, columns in low_chain]
+        high_sum = _fingerprint(high_rows)  # while the older version's chain is read
+        if touched.num_rows:
             low_rows = _compose([file.result() for file in low_files], checkpoint is not None, config.key_type)
         else:
             low_rows = high_rows  # both empty
+    if not _accounts_for(low, high, _fingerprint(low_rows), high_sum):
+        return None
     return (low_rows, high_rows) if old is low else (high_rows, low_rows)
+
+
+def _accounts_for(low: Version, high: Version, low_sum: int | None, high_sum: int | None) -> bool:
+    """Whether the touched keys' rows, of fingerprint sums ``low_sum`` and ``high_sum``, explain ``low`` -> ``high``.
+
+    A fingerprint is a sum over live records, so the records the rows leave out cancel
+    from ``high``'s minus ``low``'s exactly when they are the same in both. A delta
+    row edited after its commit (a ``replaced`` relabelled ``moved``) hides its key
+    from the touched ones; the sums then differ (but for a 2**-128 chance), and the
+    caller compares whole manifests instead. Trusts the commit records' fingerprints,
+    which ``verify()`` checks against the manifest.
+    """
+    if high_sum is None or low_sum is None:
+        return False
+    expected = int(high.fingerprint, 16) - int(low.fingerprint, 16)
+    return (expected - (high_sum - low_sum)) % hashing.FINGERPRINT_MODULUS == 0
+
+
+def _fingerprint(rows: pa.Table) -> int | None:
+    """The fingerprint sum of ``rows`` (:data:`DIFF_COLUMNS`), or None if a row lacks its key or content hash."""
+    keys, contents = rows.column("key"), rows.column("content_hash")
+    if keys.null_count or contents.null_count:
+        return None
+    return hashing.fingerprint_of(keys, contents)
 
 
 def _deltas_between(

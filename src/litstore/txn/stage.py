@@ -95,8 +95,8 @@ def stage(
             fingerprint = 0
             for run in [runs] if isinstance(runs, Batch) else runs:
                 runs_seen += 1
-                fingerprint += hashing.fingerprint_sum(run.keys, run.content_hashes)
                 run_rows = _rows_of(run, key_type)
+                fingerprint += hashing.fingerprint_of(run_rows.column("key"), run_rows.column("content_hash"))
                 split_names = np.array(run.splits, dtype=object)
                 for split in sorted(set(run.splits)):
                     members = np.flatnonzero(split_names == split)
