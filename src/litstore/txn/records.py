@@ -223,11 +223,12 @@ def _table_blocks(table: pa.Table, run_bytes: int | None) -> Iterator[tuple[int,
     count = table.num_rows
     step = count if run_bytes is None else max(1, run_bytes * count // max(table.nbytes, 1))
     for start in range(0, count, max(step, 1)):
-        yield start, table.slice(start, min(step, count - start))  # clamped: a table without columns is not
+        # Clamped by hand: slicing a table without columns does not clamp its row count.
+        yield start, table.slice(start, min(step, count - start))
 
 
 def _record_blocks(records: Iterable[Any], builder: _RunBuilder) -> Iterator[tuple[int, list[Any]]]:
-    """``(position of the first record, records)``: blocks small enough that one never outgrows a run by much."""
+    """``(position of the first record, records)``: a small first block, then blocks about the size of a run."""
     block: list[Any] = []
     start = 0
     limit = 64
@@ -284,6 +285,7 @@ class _RunBuilder:
         return int(max(1, min(_MAX_BLOCK_RECORDS, room / max(average, 1))))
 
     def add_block(self, position: int, block: pa.Table | list[Any]) -> None:
+        """Check and encode ``block`` (input positions from ``position``): column-wise if it can, else one by one."""
         table = block if isinstance(block, pa.Table) else None
         if table is None and self.model is None:
             table = columnar.from_dicts(block)
