@@ -32,6 +32,7 @@ import xxhash
 from litstore._litdata.chunk import ITEM_HEADER
 from litstore._litdata.index import ChunkInfo
 from litstore.errors import IntegrityError
+from litstore.format.columnar import value_offsets
 
 _U32 = np.dtype("<u4")
 
@@ -57,12 +58,6 @@ def as_payload_array(payloads: Payloads) -> pa.LargeBinaryArray:
     return payloads
 
 
-def value_offsets(payloads: pa.LargeBinaryArray) -> np.ndarray:
-    """The ``len + 1`` offsets of each payload in ``payloads``' data buffer (int64)."""
-    start = payloads.offset
-    return np.frombuffer(payloads.buffers()[1], np.int64, count=len(payloads) + 1, offset=8 * start)
-
-
 def _header(sizes: np.ndarray) -> bytes:
     """The header of a chunk whose payloads have ``sizes``: the item count and every item's offset."""
     count = len(sizes)
@@ -86,13 +81,6 @@ def _items(payloads: pa.LargeBinaryArray, sizes: np.ndarray) -> memoryview:
     items = pc.binary_join_element_wise(leaf_sizes, payloads, pa.scalar(b"", pa.large_binary()))
     ends = value_offsets(items)
     return memoryview(items.buffers()[2])[int(ends[0]) : int(ends[-1])]
-
-
-def chunk_bytes_of(payloads: Sequence[bytes | memoryview] | pa.Array) -> bytes:
-    """The bytes of one chunk holding ``payloads``, in order."""
-    array = as_payload_array(payloads)
-    sizes = np.diff(value_offsets(array))
-    return _header(sizes) + bytes(_items(array, sizes))
 
 
 class ChunkWriter:

@@ -323,27 +323,13 @@ def _unpack(data: bytes | memoryview) -> Any:
 _DECODE_FAILURES = (ValueError, TypeError, AttributeError, KeyError, IndexError, OverflowError, RuntimeError)
 
 
-def decode_all(data: bytes, where: str = "records") -> list[Any]:
-    """The records whose canonical bytes, back to back, are ``data``.
-
-    Raises:
-        IntegrityError: the bytes are not canonical records (``where`` names them).
-    """
-    unpacker = msgpack.Unpacker(max_buffer_size=max(len(data), 1), **_UNPACK_OPTIONS)
-    unpacker.feed(data)
-    try:
-        return list(unpacker)
-    except (IntegrityError, *_DECODE_FAILURES) as exc:
-        raise IntegrityError(f"{where}: stored bytes do not decode: {exc!r}") from exc
-
-
 # decode_each joins this many payloads at a time: small joins stay in the allocator's
 # reused memory, where one big join would map (and fault in) fresh pages every call.
 _FEED_ITEMS = 32
 
 
 def decode_each(payloads: Sequence[bytes | memoryview], where: str = "records") -> list[Any]:
-    """The record each of ``payloads`` encodes, in order: :func:`decode_all` without joining them all first.
+    """The record each of ``payloads`` encodes, in order: :func:`decode` of each, through one unpacker.
 
     One unpacker reads the payloads a few at a time, which is faster than one big join
     (or one ``decode`` call per payload) when there are thousands of them. Each payload

@@ -68,6 +68,11 @@ _PLAIN_TYPES = frozenset((int, float, bool, str, bytes))
 _Part: TypeAlias = bytes | pa.LargeBinaryArray
 
 
+def value_offsets(array: pa.LargeBinaryArray | pa.LargeStringArray) -> np.ndarray:
+    """The ``len(array) + 1`` int64 offsets of each value of ``array`` in its data buffer (a view, no copy)."""
+    return np.frombuffer(array.buffers()[1], np.int64, count=len(array) + 1, offset=8 * array.offset)
+
+
 def as_table(records: object) -> pa.Table | None:
     """``records`` as an Arrow table, or ``None`` if it is not a table of some kind.
 

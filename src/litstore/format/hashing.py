@@ -22,6 +22,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import xxhash
 
+from litstore.format import columnar
+
 FINGERPRINT_MODULUS = 2**128
 _SPLIT_SEED = 0x5EED_5917
 
@@ -62,12 +64,9 @@ def key_hash(key: str | int) -> int:
 
 def key_hashes(keys: Iterable[str | int]) -> np.ndarray:
     """``key_hash`` of each key, as a uint64 array."""
-    digest = xxhash.xxh3_64_intdigest
     if isinstance(keys, list) and set(map(type, keys)) <= {str}:
-        try:  # the common case in C loops: valid UTF-8 str keys
-            return np.fromiter(map(digest, map(str.encode, keys)), dtype=np.uint64, count=len(keys))
-        except UnicodeEncodeError:
-            pass  # a lone surrogate: encoded with surrogatepass below
+        return str_key_hashes(keys)  # the common case, in C loops
+    digest = xxhash.xxh3_64_intdigest
     return np.fromiter(
         (digest(key.encode("utf-8", "surrogatepass") if type(key) is str else key_bytes(key)) for key in keys),
         dtype=np.uint64,
@@ -133,7 +132,7 @@ def fingerprint_hex(value: int) -> str:
 def content_hashes(payloads: pa.LargeBinaryArray) -> list[bytes]:
     """``content_hash`` of each record encoding in ``payloads``, in order."""
     data = memoryview(payloads.buffers()[2] or b"")
-    ends = np.frombuffer(payloads.buffers()[1], np.int64, count=len(payloads) + 1, offset=8 * payloads.offset).tolist()
+    ends = columnar.value_offsets(payloads).tolist()
     digest = xxhash.xxh3_128_digest
     return [digest(data[start:end]) for start, end in itertools.pairwise(ends)]
 
@@ -158,7 +157,7 @@ def key_hash_array(keys: pa.Array | pa.ChunkedArray) -> np.ndarray:
         else:
             chunk = chunk.cast(pa.large_string())
             data = memoryview(chunk.buffers()[2] or b"")
-            ends = np.frombuffer(chunk.buffers()[1], np.int64, count=len(chunk) + 1, offset=8 * chunk.offset).tolist()
+            ends = columnar.value_offsets(chunk).tolist()
         parts.append(
             np.fromiter((digest(data[a:b]) for a, b in itertools.pairwise(ends)), dtype=np.uint64, count=len(chunk))
         )

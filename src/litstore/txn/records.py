@@ -403,8 +403,7 @@ class _RunBuilder:
 
 
 def _payload_bytes(batch: Batch) -> int:
-    ends = batch.payloads.buffers()[1]
-    offsets = np.frombuffer(ends, np.int64, count=len(batch) + 1, offset=8 * batch.payloads.offset)
+    offsets = columnar.value_offsets(batch.payloads)
     return int(offsets[-1] - offsets[0])
 
 
