@@ -26,13 +26,10 @@ from typing import TypeAlias
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
-import xxhash
 
-from litstore._litdata.chunk import ITEM_HEADER
 from litstore._litdata.index import ChunkInfo
 from litstore.errors import IntegrityError
-from litstore.format.columnar import value_offsets
+from litstore.format.columnar import sized, value_offsets
 
 _U32 = np.dtype("<u4")
 
@@ -58,39 +55,36 @@ def as_payload_array(payloads: Payloads) -> pa.LargeBinaryArray:
     return payloads
 
 
-def _header(sizes: np.ndarray) -> bytes:
-    """The header of a chunk whose payloads have ``sizes``: the item count and every item's offset."""
-    count = len(sizes)
+def _header(item_sizes: np.ndarray) -> bytes:
+    """The header of a chunk whose framed items have ``item_sizes``: the item count and every item's offset."""
+    count = len(item_sizes)
     header = 4 * (count + 2)
     offsets = np.empty(count + 2, dtype=np.int64)
     offsets[0] = count
     offsets[1] = header
-    np.cumsum(sizes + ITEM_HEADER, out=offsets[2:])
+    np.cumsum(item_sizes, out=offsets[2:])
     offsets[2:] += header
     return offsets.astype(_U32).tobytes()
 
 
-def _items(payloads: pa.LargeBinaryArray, sizes: np.ndarray) -> memoryview:
-    """The framed items (leaf size, then payload) of ``payloads``, back to back."""
-    count = len(payloads)
-    if not count:
-        return memoryview(b"")
-    leaf_sizes = pa.FixedSizeBinaryArray.from_buffers(
-        pa.binary(ITEM_HEADER), count, [None, pa.py_buffer(sizes.astype(_U32).tobytes())]
-    ).cast(pa.large_binary())
-    items = pc.binary_join_element_wise(leaf_sizes, payloads, pa.scalar(b"", pa.large_binary()))
+def _item_bytes(items: pa.LargeBinaryArray) -> memoryview:
+    """The bytes of ``items``, back to back, where Arrow holds them (no copy)."""
     ends = value_offsets(items)
+    if not len(items):
+        return memoryview(b"")
     return memoryview(items.buffers()[2])[int(ends[0]) : int(ends[-1])]
 
 
 class ChunkWriter:
-    """Writes payloads, in order, as the chunks of one fragment into a local directory.
+    """Writes records, in order, as the chunks of one fragment into a local directory.
 
     Chunks are named ``<prefix>/chunk-<fragment>-<n>.bin`` with ``n`` drawn from
-    ``numbers`` (one counter shared by the writers of one fragment). Feed payloads
-    with :meth:`add` (any number of calls), then call :meth:`close`; :attr:`chunks`
-    lists what was written. Item ``i`` of the stream is row ``i - start`` of the
-    chunk whose cumulative ``num_items`` range holds it.
+    ``numbers`` (one counter shared by the writers of one fragment). Feed records
+    with :meth:`add` (payloads) or :meth:`add_items` (payloads already in litdata's
+    item framing, as :func:`~litstore.format.columnar.encode_table` makes them), any
+    number of calls, then call :meth:`close`; :attr:`chunks` lists what was written.
+    Item ``i`` of the stream is row ``i - start`` of the chunk whose cumulative
+    ``num_items`` range holds it.
     """
 
     def __init__(self, directory: str, fragment: str, prefix: str, numbers: Iterator[int], chunk_bytes: int) -> None:
@@ -105,20 +99,23 @@ class ChunkWriter:
 
     def add(self, payloads: Payloads) -> None:
         """Append payloads (an Arrow binary array or any iterable of bytes), writing every chunk that fills up."""
-        array = as_payload_array(payloads)
+        self.add_items(sized(as_payload_array(payloads)))
+
+    def add_items(self, items: pa.LargeBinaryArray) -> None:
+        """Append framed items (each payload after its 4-byte little-endian size), writing every chunk that fills up."""
         limit = self._chunk_bytes
-        while len(array):
-            ends = np.cumsum(np.diff(value_offsets(array)) + ITEM_HEADER) + self._pending_bytes
+        while len(items):
+            ends = np.cumsum(np.diff(value_offsets(items))) + self._pending_bytes
             fits = int(np.searchsorted(ends, limit, side="right"))  # items that keep the chunk within limit
             if not fits:
                 if self._pending:
                     self._write()
                     continue
                 fits = 1  # a lone item larger than a chunk gets a chunk of its own
-            self._pending.append(array.slice(0, fits))
+            self._pending.append(items.slice(0, fits))
             self._pending_bytes = int(ends[fits - 1])
-            array = array.slice(fits)
-            if len(array) or self._pending_bytes > limit:
+            items = items.slice(fits)
+            if len(items) or self._pending_bytes > limit:
                 self._write()
 
     def close(self) -> list[ChunkInfo]:
@@ -130,31 +127,14 @@ class ChunkWriter:
     def _write(self) -> None:
         name = f"chunk-{self._fragment}-{next(self._numbers)}.bin"
         pending, self._pending, self._pending_bytes = self._pending, [], 0
-        sizes = [np.diff(value_offsets(piece)) for piece in pending]
-        header = _header(np.concatenate(sizes))
-        hasher = xxhash.xxh3_128(header)
-        written = len(header)
-
-        def parts() -> Iterator[bytes | memoryview]:  # framed piece by piece: no copy of the whole chunk
-            nonlocal written
-            yield header
-            for piece, piece_sizes in zip(pending, sizes, strict=True):
-                items = _items(piece, piece_sizes)
-                hasher.update(items)
-                written += len(items)
-                yield items
-
-        write_chunk_file(self._directory, name, parts())
-        digest = hasher.digest()
-        with open(os.path.join(self._directory, name), "rb") as handle:  # read back: it must be what was built
-            hasher = xxhash.xxh3_128()
-            while block := handle.read(1 << 20):
-                hasher.update(block)
-            if hasher.digest() != digest:
-                raise IntegrityError(
-                    f"chunk {self._prefix}/{name} did not land intact: its bytes are not the ones written"
-                )
-        self.chunks.append(ChunkInfo(f"{self._prefix}/{name}", sum(map(len, pending)), written))
+        header = _header(np.concatenate([np.diff(value_offsets(piece)) for piece in pending]))
+        parts: list[bytes | memoryview] = [header, *map(_item_bytes, pending)]
+        size = sum(map(len, parts))
+        path = os.path.join(self._directory, name)
+        write_chunk_file(self._directory, name, parts)
+        if os.path.getsize(path) != size:  # the items are checked where they landed by the stager
+            raise IntegrityError(f"chunk {self._prefix}/{name} did not land whole: {size} bytes were written")
+        self.chunks.append(ChunkInfo(f"{self._prefix}/{name}", sum(map(len, pending)), size))
 
 
 def write_chunks(

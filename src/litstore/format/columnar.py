@@ -169,10 +169,12 @@ def _column(values: list[Any], kind: type | None) -> pa.Array:
     return pa.array(values, arrow_type)
 
 
-def encode_table(table: pa.Table) -> pa.LargeBinaryArray | None:
+def encode_table(table: pa.Table, sized: bool = False) -> pa.LargeBinaryArray | None:
     """The canonical bytes of every row of ``table``, or ``None`` where this path cannot make them.
 
-    Row ``i`` of the result equals ``codec.encode(table.slice(i, 1).to_pylist()[0])``.
+    Row ``i`` of the result equals ``codec.encode(table.slice(i, 1).to_pylist()[0])``,
+    preceded, if ``sized``, by its length as 4 little-endian bytes (litdata's item
+    framing: the bytes a chunk file holds, made in the same single copy).
     The result is a ``LargeBinaryArray`` (64-bit offsets, so tables past 2 GiB never
     overflow) without nulls, with one item per row. ``None`` means some column has a
     type this path does not encode (timestamps, lists, structs, decimals, float16, ...),
@@ -188,7 +190,7 @@ def encode_table(table: pa.Table) -> pa.LargeBinaryArray | None:
         return None
     header = _map_header(len(names))
     if not names:
-        return _join([header], table.num_rows)
+        return _join([header], table.num_rows, sized)
     keys = [msgpack.packb(name, use_bin_type=True) for name in names]
     encoded: list[pa.LargeBinaryArray] = []
     for batch in _batches(table.select(names)):
@@ -201,9 +203,9 @@ def encode_table(table: pa.Table) -> pa.LargeBinaryArray | None:
                 return None
             parts.append(key)
             parts.extend(cells)
-        encoded.append(_join(parts, batch.num_rows))
+        encoded.append(_join(parts, batch.num_rows, sized))
     if not encoded:
-        return _join([header], 0)
+        return _join([header], 0, sized)
     return encoded[0] if len(encoded) == 1 else pa.concat_arrays(encoded)
 
 
@@ -443,8 +445,28 @@ def _cells_array(
     )
 
 
-def _join(parts: list[_Part], rows: int) -> pa.LargeBinaryArray:
-    """Each row's parts joined end to end; runs of shared bytes are joined once."""
+def sized(values: pa.LargeBinaryArray) -> pa.LargeBinaryArray:
+    """Each value preceded by its length as 4 little-endian bytes (see :func:`encode_table`)."""
+    return _join([values], len(values), True)
+
+
+def _length_prefixes(lengths: npt.NDArray[np.int64]) -> pa.LargeBinaryArray:
+    """Each of ``lengths`` as 4 little-endian bytes, one value per row."""
+    if len(lengths) and int(lengths.max()) >= 2**32:
+        raise InvalidArgumentError(f"a record of {int(lengths.max()):,} bytes is larger than a chunk item can be")
+    raw = pa.py_buffer(lengths.astype("<u4").tobytes())
+    prefixes = pa.FixedSizeBinaryArray.from_buffers(pa.binary(4), len(lengths), [None, raw])
+    result: pa.LargeBinaryArray = prefixes.cast(pa.large_binary())
+    return result
+
+
+def _join(parts: list[_Part], rows: int, sized: bool = False) -> pa.LargeBinaryArray:
+    """Each row's parts joined end to end (after its length, if ``sized``); runs of shared bytes are joined once."""
+    if sized:
+        lengths = np.zeros(rows, dtype=np.int64)
+        for part in parts:
+            lengths += len(part) if isinstance(part, bytes) else np.diff(value_offsets(part))
+        parts = [_length_prefixes(lengths), *parts]
     merged: list[_Part] = []
     for part in parts:
         if isinstance(part, bytes) and merged and isinstance(merged[-1], bytes):

@@ -129,12 +129,16 @@ def fingerprint_hex(value: int) -> str:
     return f"{value % FINGERPRINT_MODULUS:032x}"
 
 
-def content_hashes(payloads: pa.LargeBinaryArray) -> list[bytes]:
-    """``content_hash`` of each record encoding in ``payloads``, in order."""
-    data = memoryview(payloads.buffers()[2] or b"")
-    ends = columnar.value_offsets(payloads).tolist()
-    digest = xxhash.xxh3_128_digest
-    return [digest(data[start:end]) for start, end in itertools.pairwise(ends)]
+def content_hashes(encodings: pa.LargeBinaryArray, skip: int = 0) -> list[bytes]:
+    """``content_hash`` of each record encoding in ``encodings``, in order, without the first ``skip`` bytes of each.
+
+    ``skip=4`` hashes framed items (:func:`~litstore.format.columnar.encode_table`
+    with ``sized``) without their length prefix.
+    """
+    data = memoryview(encodings.buffers()[2] or b"")
+    offsets = columnar.value_offsets(encodings)
+    spans = map(slice, (offsets[:-1] + skip).tolist(), offsets[1:].tolist())
+    return list(map(xxhash.xxh3_128_digest, map(data.__getitem__, spans)))
 
 
 def key_hash_array(keys: pa.Array | pa.ChunkedArray) -> np.ndarray:

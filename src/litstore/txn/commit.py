@@ -35,7 +35,7 @@ import pyarrow.compute as pc
 from litstore import query
 from litstore._litdata.index import ChunkInfo, index_document
 from litstore.errors import ConflictError, StorageError, UncertainCommitError, VersionNotFoundError, describe
-from litstore.format import hashing, layout
+from litstore.format import columnar, hashing, layout
 from litstore.format import manifest as manifest_format
 from litstore.format.manifest import ChangeKind
 from litstore.format.models import ExpiredVersion, Operation, Version, declared_fields
@@ -153,7 +153,7 @@ def _relocate(head: Snapshot, current: Plan, progress: bool) -> tuple[Plan, Stag
         keys=rows.column("key").to_pylist(),
         key_hashes=rows.column("key_hash").to_numpy(),
         splits=rows.column("split").to_pylist(),
-        payloads=pa.array(payloads, pa.large_binary()),
+        items=columnar.sized(pa.array(payloads, pa.large_binary())),
         content_hashes=rows.column("content_hash").to_pylist(),
     )
     moves = stage(head.storage, head.config, batch, progress, "moving records", current.chunk_bytes)

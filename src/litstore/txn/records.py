@@ -51,15 +51,16 @@ _PROBLEM_ORDER: tuple[type[InvalidRecordError], ...] = (KeyFieldError, Duplicate
 class Batch:
     """Validated records, encoded and hashed, in input order.
 
-    ``payloads`` holds each record's canonical bytes (one contiguous Arrow array, so
-    chunks are built from it in bulk); ``fields`` the value of each declared field of
+    ``items`` holds each record's canonical bytes after their length (litdata's item
+    framing: one contiguous Arrow array of what the chunk files hold, so chunks are
+    written from it in bulk); ``fields`` the value of each declared field of
     each record (an Arrow array per field, typed as its manifest column).
     """
 
     keys: list[Any]
     key_hashes: np.ndarray
     splits: list[str]
-    payloads: pa.LargeBinaryArray
+    items: pa.LargeBinaryArray
     content_hashes: list[bytes]
     fields: dict[str, pa.Array] = field(default_factory=dict)
 
@@ -73,7 +74,7 @@ class Batch:
             keys=[self.keys[i] for i in indices],
             key_hashes=self.key_hashes[keep],
             splits=[self.splits[i] for i in indices],
-            payloads=self.payloads.filter(pa.array(keep, pa.bool_())),
+            items=self.items.filter(pa.array(keep, pa.bool_())),
             content_hashes=[self.content_hashes[i] for i in indices],
             fields={name: values.filter(pa.array(keep, pa.bool_())) for name, values in self.fields.items()},
         )
@@ -403,8 +404,8 @@ class _RunBuilder:
 
 
 def _payload_bytes(batch: Batch) -> int:
-    offsets = columnar.value_offsets(batch.payloads)
-    return int(offsets[-1] - offsets[0])
+    offsets = columnar.value_offsets(batch.items)
+    return int(offsets[-1] - offsets[0]) - 4 * len(batch)
 
 
 def _concat(pieces: list[Batch]) -> Batch:
@@ -413,7 +414,7 @@ def _concat(pieces: list[Batch]) -> Batch:
         keys=[key for piece in pieces for key in piece.keys],
         key_hashes=np.concatenate([piece.key_hashes for piece in pieces]),
         splits=[split for piece in pieces for split in piece.splits],
-        payloads=pa.concat_arrays([piece.payloads for piece in pieces]),
+        items=pa.concat_arrays([piece.items for piece in pieces]),
         content_hashes=[content for piece in pieces for content in piece.content_hashes],
         fields={name: pa.concat_arrays([piece.fields[name] for piece in pieces]) for name in pieces[0].fields},
     )
@@ -438,7 +439,8 @@ def _batch(
     values: dict[str, list[Any]],
 ) -> Batch:
     arrays = {name: pa.array(values[name], field_format.arrow_type(type_name)) for name, type_name in declared}
-    return Batch(keys, hashing.key_hashes(keys), splits, pa.array(payloads, pa.large_binary()), contents, arrays)
+    items = columnar.sized(pa.array(payloads, pa.large_binary()))
+    return Batch(keys, hashing.key_hashes(keys), splits, items, contents, arrays)
 
 
 def _table_batch(table: pa.Table, config: StoreConfig, declared: list[tuple[str, str]]) -> Batch | None:
@@ -476,10 +478,10 @@ def _table_batch(table: pa.Table, config: StoreConfig, declared: list[tuple[str,
         if any(reason is not None for _, reason in checked):
             return None
         arrays[name] = pa.array([value for value, _ in checked], field_format.arrow_type(type_name))
-    payloads = columnar.encode_table(table)
-    if payloads is None:
+    items = columnar.encode_table(table, sized=True)
+    if items is None:
         return None
-    return Batch(keys, key_hashes, splits, payloads, hashing.content_hashes(payloads), arrays)
+    return Batch(keys, key_hashes, splits, items, hashing.content_hashes(items, skip=4), arrays)
 
 
 def _extract_fields(

@@ -18,6 +18,7 @@ same chunk files in any order.
 from __future__ import annotations
 
 import itertools
+import mmap
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -75,8 +76,8 @@ def stage(
     """Write ``runs`` (one batch or a stream of them) into a new fragment.
 
     Each run's records are written per split in key-hash order; chunks are about
-    ``chunk_bytes`` (default: the store's) each. Every chunk is read back before this
-    returns: every record must sit, intact, exactly once where the rows say. If the
+    ``chunk_bytes`` (default: the store's) each. Every chunk's header and a sample of
+    its records are read back before this returns (:func:`_check_landed`). If the
     stream raises (bad input found late), the partial fragment is removed.
 
     Raises:
@@ -107,7 +108,7 @@ def stage(
                             directory, transaction, prefix, numbers, chunk_bytes or config.chunk_bytes
                         )
                     taken = pa.array(order, pa.int64())
-                    writer.add(run.payloads.take(taken))
+                    writer.add_items(run.items.take(taken))
                     _release_freed()
                     split_column = pa.DictionaryArray.from_arrays(
                         pa.array(np.zeros(len(order), np.int32)), pa.array([split], pa.string())
@@ -203,34 +204,55 @@ def _break_hash_ties(order: np.ndarray, batch: Batch) -> np.ndarray:
 def _check_landed(directory: str, prefix: str, rows: pa.Table) -> None:
     """Check that records sit where their rows say, in the local staging ``directory``.
 
-    Every chunk was read back whole as it was written (:class:`ChunkWriter`); here each
-    chunk's header must hold exactly the records its rows say, and a sample of records
-    (every 32nd row and the last of each chunk) must sit, intact, exactly where its row
-    says, which catches a record written to the wrong place without hashing every
-    record twice. Reads only headers and the sampled items, and looks at the rows as
-    columns: memory stays bounded by the sample.
+    Each chunk's header must hold exactly the records its rows say, and a sample of
+    records (every 32nd row and the last of each chunk) must sit, intact and with their
+    size field right, exactly where its row says: this catches a record written to the
+    wrong place, a chunk cut short or a file another process rewrote, without hashing
+    every record twice (a whole read-back would come from the page cache, not the disk,
+    so it could only catch what the sample catches). Reads only headers and the
+    sampled items, and looks at the rows as columns: memory stays bounded by the sample.
     """
     names, chunk_ids = manifest_format.chunk_codes(rows.column("chunk"))
     row_numbers = rows.column("row").to_numpy()
     counts = np.bincount(chunk_ids, minlength=len(names))
     sample = np.flatnonzero((row_numbers % 32 == 0) | (row_numbers == counts[chunk_ids] - 1))
     sample = sample[np.argsort(chunk_ids[sample], kind="stable")]
-    sampled_rows = row_numbers[sample].tolist()
+    sampled_rows = row_numbers[sample].astype(np.int64)
     expected = rows.column("content_hash").take(pa.array(sample)).to_pylist()
     bounds = np.searchsorted(chunk_ids[sample], np.arange(len(names) + 1)).tolist()
     for chunk_id, name in enumerate(names):
         count = int(counts[chunk_id])
         if not count:
             continue  # a name only the dictionary lists
+        first, last = bounds[chunk_id], bounds[chunk_id + 1]
         with open(os.path.join(directory, name.removeprefix(prefix + "/")), "rb") as handle:
-            head = handle.read(4 * (count + 2))
-            offsets = chunk_layout.header_offsets(head, name)
-            if len(offsets) - 1 != count:
-                raise IntegrityError(f"chunk {name} holds {len(offsets) - 1} records, {count} were written to it")
-            for at in range(bounds[chunk_id], bounds[chunk_id + 1]):
-                row = sampled_rows[at]
-                handle.seek(int(offsets[row]))
-                item = handle.read(int(offsets[row + 1] - offsets[row]))
-                if hashing.content_hash(chunk_layout.strip_item_header(item)) != expected[at]:
-                    key = rows.column("key")[int(sample[at])].as_py()
-                    raise IntegrityError(f"record {key!r} did not land intact in chunk {name} row {row}")
+            if os.fstat(handle.fileno()).st_size < 4 * (count + 2):
+                raise IntegrityError(f"chunk {name} is shorter than the header of {count} records")
+            with mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
+                view = memoryview(mapped)
+                try:
+                    offsets = chunk_layout.header_offsets(view[: 4 * (count + 2)], name)
+                    if len(offsets) - 1 != count:
+                        raise IntegrityError(
+                            f"chunk {name} holds {len(offsets) - 1} records, {count} were written to it"
+                        )
+                    wrong = _wrong_items(view, offsets, sampled_rows[first:last], expected[first:last])
+                finally:
+                    view.release()
+        if wrong is not None:
+            key = rows.column("key")[int(sample[first + wrong])].as_py()
+            row = int(sampled_rows[first + wrong])
+            raise IntegrityError(f"record {key!r} did not land intact in chunk {name} row {row}")
+
+
+def _wrong_items(view: memoryview, offsets: np.ndarray, rows: np.ndarray, expected: list[bytes]) -> int | None:
+    """The position in ``rows`` of the first item whose size field or content hash is not as written, if any."""
+    starts, ends = offsets[rows], offsets[rows + 1]
+    if len(rows) and int(ends.max()) > len(view):
+        return int(np.argmax(ends > len(view)))
+    sizes = np.frombuffer(view, np.uint8)[starts[:, None] + np.arange(chunk_layout.ITEM_HEADER)].view("<u4")[:, 0]
+    payloads = map(view.__getitem__, map(slice, (starts + chunk_layout.ITEM_HEADER).tolist(), ends.tolist()))
+    hashes = list(map(hashing.content_hash, payloads))
+    damaged = np.fromiter(map(bytes.__ne__, hashes, expected), dtype=bool, count=len(hashes))
+    bad = (sizes != ends - starts - chunk_layout.ITEM_HEADER) | damaged
+    return int(np.argmax(bad)) if bad.any() else None
