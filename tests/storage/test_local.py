@@ -159,3 +159,20 @@ def test_temporary_files_are_listed_for_gc_but_not_walked(root: Path) -> None:
     assert storage.names("fragments/t1") == [".tmp-not-ours", "chunk-0.bin"]
     storage.delete(left)
     assert storage.temporary_files("fragments") == []
+
+
+def test_dangling_link_on_the_way_is_refused_and_nothing_is_created(root: Path, outside: Path) -> None:
+    (root / "fragments").symlink_to(outside / "not-yet", target_is_directory=True)
+    (root / "versions").symlink_to(outside / "nowhere" / "deeper", target_is_directory=True)
+    storage = LocalStorage(root)
+    before = tree_state(outside)
+    for call in (
+        lambda: storage.write("fragments/t1/chunk-0.bin", b"x"),
+        lambda: storage.write("versions/1.json", b"{}"),
+        lambda: storage.put_if_absent("fragments/new", b"x"),
+        lambda: storage.exists("versions/1.json"),
+    ):
+        with pytest.raises(UnsafePathError):
+            call()
+    assert tree_state(outside) == before
+    assert not (outside / "not-yet").exists() and not (outside / "nowhere").exists()

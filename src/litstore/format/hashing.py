@@ -181,7 +181,7 @@ def fingerprint_of(keys: pa.Array | pa.ChunkedArray, contents: pa.Array | pa.Chu
         keys = pa.FixedSizeBinaryArray.from_buffers(pa.binary(8), len(keys), [None, pa.py_buffer(raw)])
     empty = pa.scalar(b"", pa.large_binary())
     pairs = pc.binary_join_element_wise(keys.cast(pa.large_binary()), contents.cast(pa.large_binary()), empty)
-    digests = b"".join(map(xxhash.xxh3_128_digest, pairs.to_pylist()))
+    digests = b"".join(content_hashes(pairs))  # the pair hashes, without a Python bytes object per pair
     # Each digest is the hash's 4 big-endian 32-bit limbs: summed per limb in uint64
     # (no overflow below 2**32 rows), then carried into one number.
     limbs = np.frombuffer(digests, dtype=">u4").reshape(-1, 4).astype(np.uint64).sum(axis=0).tolist()

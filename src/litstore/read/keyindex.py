@@ -99,7 +99,7 @@ class KeyIndex:
         """A new index without the positions in ``removed`` and with the manifest rows ``added``.
 
         ``added`` needs the ``key_hash``, ``content_hash``, ``chunk`` and ``row`` columns.
-        Costs O(n + m log m) for ``m`` added entries: one merge, no full re-sort.
+        Costs O(n + m log n) for ``m`` added entries: one merge, no full re-sort.
         """
         chunk_names, codes = manifest_format.chunk_codes(added.column("chunk"))
         chunk_table = list(self.chunks)
@@ -118,22 +118,31 @@ class KeyIndex:
         new_ids = numbers[codes[order]]
         new_rows = added.column("row").to_numpy()[order].astype(np.uint32, copy=False)
         new_contents = content_matrix(added.column("content_hash"), copy=False)[order]
-        keep_hashes, keep_ids, keep_rows, keep_contents = self.hashes, self.chunk_ids, self.rows, self.contents
+        # Content hashes move as single 16-byte items: row-wise copies of an (n, 16) array cost several times more.
+        kept = [self.hashes, self.chunk_ids, self.rows, _items16(self.contents)]
         if len(removed):
             keep = np.ones(len(self.hashes), dtype=bool)
             keep[removed] = False
-            keep_hashes, keep_ids, keep_rows = keep_hashes[keep], keep_ids[keep], keep_rows[keep]
-            keep_contents = keep_contents[keep]
-        if not len(keep_hashes):  # the first version: nothing to merge into
+            kept = [array[keep] for array in kept]
+        if not len(kept[0]):  # the first version: nothing to merge into
             return KeyIndex(sorted_hashes, new_ids, new_rows, new_contents, tuple(chunk_table))
-        at = np.searchsorted(keep_hashes, sorted_hashes, "right")
-        return KeyIndex(
-            hashes=np.insert(keep_hashes, at, sorted_hashes),
-            chunk_ids=np.insert(keep_ids, at, new_ids),
-            rows=np.insert(keep_rows, at, new_rows),
-            contents=np.insert(keep_contents, at, new_contents, axis=0),
-            chunks=tuple(chunk_table),
-        )
+        # One merge: the new entries' places in the result, every old entry in the others, in order.
+        places = np.searchsorted(kept[0], sorted_hashes, "right") + np.arange(len(sorted_hashes))
+        old_places = np.ones(len(kept[0]) + len(sorted_hashes), dtype=bool)
+        old_places[places] = False
+        merged = []
+        for old, new in zip(kept, [sorted_hashes, new_ids, new_rows, _items16(new_contents)], strict=True):
+            result = np.empty(len(old_places), dtype=old.dtype)
+            result[places] = new
+            result[old_places] = old
+            merged.append(result)
+        hashes, chunk_ids, rows, contents = merged
+        return KeyIndex(hashes, chunk_ids, rows, contents.view(np.uint8).reshape(-1, 16), tuple(chunk_table))
+
+
+def _items16(contents: np.ndarray) -> np.ndarray:
+    """An ``(n, 16)`` uint8 array as ``n`` single 16-byte items (a view, copied only if not contiguous)."""
+    return np.ascontiguousarray(contents).view(np.dtype((np.void, 16))).reshape(-1)
 
 
 def content_matrix(column: pa.ChunkedArray | pa.Array, copy: bool = True) -> np.ndarray:

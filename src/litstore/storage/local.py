@@ -45,14 +45,22 @@ class LocalStorage(Storage):
         return str(self.root)
 
     def _full(self, path: str) -> Path:
-        """The file system path of ``path``, refused if anything on the way is a symlink."""
-        full = self.root / check_path(path)
-        existing = full
-        while not os.path.lexists(existing) and existing != self.root:
-            existing = existing.parent
-        if os.path.realpath(existing) != str(existing):
-            raise UnsafePathError(f"{path!r} in {self.root} leads through a symbolic link; refused")
-        return full
+        """The file system path of ``path``, refused if anything on the way below the root is a symlink.
+
+        The root itself was resolved when the storage was opened; each existing step
+        below it is looked at without following it (one ``lstat`` a step).
+        """
+        segments = check_path(path).split("/")
+        step = str(self.root)
+        for segment in segments:
+            step = os.path.join(step, segment)
+            try:
+                mode = os.lstat(step).st_mode
+            except (FileNotFoundError, NotADirectoryError):
+                break  # nothing further exists: nothing further can be a link
+            if stat.S_ISLNK(mode):
+                raise UnsafePathError(f"{path!r} in {self.root} leads through a symbolic link; refused")
+        return self.root.joinpath(*segments)
 
     def local_path(self, path: str) -> str:
         return str(self._full(path))
@@ -106,9 +114,14 @@ class LocalStorage(Storage):
     def write(self, path: str, data: bytes) -> None:
         target = self._full(path)
         temporary = _temporary_beside(target)
-        self._make_parents(path, target)
         try:
-            temporary.write_bytes(data)
+            try:
+                handle = open(temporary, "wb")
+            except FileNotFoundError:  # the first file of its directory
+                self._make_parents(path, target)
+                handle = open(temporary, "wb")
+            with handle:
+                handle.write(data)
             os.replace(temporary, target)
         except OSError as exc:
             temporary.unlink(missing_ok=True)

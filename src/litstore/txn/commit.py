@@ -360,14 +360,9 @@ def _next_index(head: Snapshot, current: Plan) -> KeyIndex | None:
 
 
 def _count_changes(current: Plan) -> dict[str, int]:
-    added = pc.cast(pc.equal(current.rows.column("change"), str(ChangeKind.ADDED)), pa.int64())
-    per_split = (
-        pa.table({"split": current.rows.column("split"), "added": added})
-        .group_by("split")
-        .aggregate([("added", "sum")])
-    )
-    counts = dict(zip(per_split.column("split").to_pylist(), per_split.column("added_sum").to_pylist(), strict=True))
-    counts = {split: count for split, count in counts.items() if count}
+    added = pc.equal(current.rows.column("change"), str(ChangeKind.ADDED))
+    per_split = pc.value_counts(current.rows.column("split").filter(added)).to_pylist()
+    counts: dict[str, int] = {str(entry["values"]): int(entry["counts"]) for entry in per_split}
     for split in current.deleted.splits:
         counts[split] = counts.get(split, 0) - 1
     return counts

@@ -459,7 +459,8 @@ def _table_batch(table: pa.Table, config: StoreConfig, declared: list[tuple[str,
         return None
     keys = key_column.to_pylist()
     key_hashes = hashing.key_hashes(keys)
-    if len(np.unique(key_hashes)) != len(keys):
+    ordered = np.sort(key_hashes)
+    if np.any(ordered[1:] == ordered[:-1]):
         return None  # a duplicate key (or two keys that share a hash): named record by record
     rule = config.splits
     if isinstance(rule, HashSplit):
