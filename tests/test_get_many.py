@@ -21,6 +21,9 @@ import pytest
 
 import litstore
 from litstore import KeyNotFoundError
+from litstore._litdata import chunk as chunk_layout
+from litstore.format import codec, hashing
+from litstore.snapshot import MISSING
 
 Record = dict[str, Any]
 
@@ -125,3 +128,86 @@ def test_a_row_pointing_at_another_keys_record_never_serves_it(store: litstore.S
     _same(found[2], _record("k011"))
     with pytest.raises(KeyNotFoundError):
         reopened["k210"]
+
+
+def test_get_many_reads_records_msgpack_defaults_refuse(make_store: Callable[..., litstore.Store]) -> None:
+    """Int dict keys and lone surrogates, among ordinary records of one batch, come back unchanged and in order.
+
+    The batched decoder tries MessagePack's stricter defaults first; these records make it
+    fall back part-way through a batch, keeping the records decoded before them.
+    """
+    made = make_store(key="id")
+    records: list[Record] = []
+    for number in range(60):
+        record: Record = {"id": f"k{number:02d}", "n": number}
+        if number % 20 == 7:
+            record["by_int"] = {1: "one", -2: [3, 4]}
+        if number % 20 == 13:
+            record["text"] = "lone \ud800 surrogate"
+        records.append(record)
+    made.append(records)
+    assert len({row["chunk"] for row in made.head().manifest().to_pylist()}) == 1, "one chunk, one batch"
+    asked = [record["id"] for record in records]
+    random.Random(3).shuffle(asked)
+    by_key = {record["id"]: record for record in records}
+    assert litstore.open(made.root).get_many(asked) == [by_key[key] for key in asked]
+    assert dict(litstore.open(made.root).items()) == by_key
+
+    plain, odd = codec.encode({"id": "a"}), codec.encode({"id": "b", "m": {2: "x"}})
+    assert codec.decode_each([plain, odd, plain, odd, plain]) == [{"id": "a"}, {"id": "b", "m": {2: "x"}}] * 2 + [
+        {"id": "a"}
+    ]
+
+
+def _plant(store: litstore.Store, key: str, payload_of: Callable[[int], bytes]) -> tuple[str, int]:
+    """Replace ``key``'s stored payload with ``payload_of(its length)``, its manifest row given the new hash."""
+    path = Path(store.root) / str(store.head().version.manifest)
+    table = pq.read_table(path)
+    entry = next(row for row in table.to_pylist() if row["key"] == key)
+    chunk_path = Path(store.root) / entry["chunk"]
+    data = bytearray(chunk_path.read_bytes())
+    offsets = chunk_layout.item_offsets(bytes(data), entry["chunk"])
+    start, end = int(offsets[entry["row"]]) + chunk_layout.ITEM_HEADER, int(offsets[entry["row"] + 1])
+    payload = payload_of(end - start)
+    assert len(payload) == end - start
+    data[start:end] = payload
+    chunk_path.chmod(0o644)
+    chunk_path.write_bytes(bytes(data))
+    hashes = [
+        hashing.content_hash(payload) if listed == key else content
+        for listed, content in zip(table.column("key").to_pylist(), table.column("content_hash").to_pylist())
+    ]
+    column = table.schema.get_field_index("content_hash")
+    path.chmod(0o644)
+    pq.write_table(table.set_column(column, "content_hash", pa.array(hashes, table.schema.field(column).type)), path)
+    return entry["chunk"], entry["row"]
+
+
+def _two_records(size: int) -> bytes:
+    """A payload of ``size`` bytes holding two whole records: a foreign one, then filler."""
+    head = codec.encode({"id": "foreign"})
+    return head + next(
+        packed for length in range(size) if len(packed := codec.encode({"t": "x" * length})) == size - len(head)
+    )
+
+
+def test_a_committed_payload_holding_two_records_is_refused_naming_its_key(store: litstore.Store) -> None:
+    """The payload's content hash matches (a hostile writer committed it): get_many refuses it, naming key and row."""
+    chunk, row = _plant(store, "k250", _two_records)
+    reopened = litstore.open(store.root)
+    for asked, default in ((["k011", "k250", "k251"], MISSING), (["k250"], None)):
+        with pytest.raises(litstore.IntegrityError) as error:
+            reopened.get_many(asked, default)
+        for part in ("'k250'", chunk, f"row {row}", "exactly one record"):
+            assert part in str(error.value)
+    _same(reopened.get_many(["k251", "k011"])[0], _record("k251"))
+    with pytest.raises(litstore.IntegrityError):
+        reopened["k250"]
+
+
+def test_a_committed_payload_that_does_not_decode_is_refused_naming_its_key(store: litstore.Store) -> None:
+    chunk, row = _plant(store, "k260", lambda size: b"\xc1" * size)  # 0xc1: a byte MessagePack never uses
+    with pytest.raises(litstore.IntegrityError) as error:
+        litstore.open(store.root).get_many(["k259", "k260"])
+    for part in ("'k260'", chunk, f"row {row}", "do not decode"):
+        assert part in str(error.value)
