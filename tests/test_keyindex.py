@@ -7,10 +7,14 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import litstore
+from litstore.errors import DuplicateKeyError
+from litstore.format import hashing
+from litstore.read import keyindex
 from litstore.read.keyindex import KeyIndex
 
 Step = tuple[str, list[int]]
@@ -31,11 +35,13 @@ def _same(passed: KeyIndex, built: KeyIndex) -> None:
     assert passed.contents.shape == (len(passed), 16) and passed.contents.dtype == np.uint8
 
 
+@pytest.mark.parametrize("recent_min", [4, 1 << 16], ids=["merged-often", "kept-recent"])
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(history=steps)
 def test_the_index_a_commit_passes_on_is_the_one_a_reader_builds(
-    make_store: Callable[..., litstore.Store], history: list[Step]
+    make_store: Callable[..., litstore.Store], monkeypatch: pytest.MonkeyPatch, recent_min: int, history: list[Step]
 ) -> None:
+    monkeypatch.setattr(keyindex, "_RECENT_MIN", recent_min)
     store = make_store(key="id", key_type=int, chunk_bytes=512)
     live: dict[int, int] = {}
     for revision, (operation, keys) in enumerate(history):
@@ -59,6 +65,14 @@ def test_the_index_a_commit_passes_on_is_the_one_a_reader_builds(
                 del live[key]
         passed = store.head().built_index
         assert passed is not None or operation != "append"
+        if passed is not None:
+            probes = np.array([hashing.key_hash(key) for key in range(-3, 64)], dtype=np.uint64)
+            assert passed.contains(probes).tolist() == [key in live for key in range(-3, 64)]
+            assert len(passed) == len(live)
+        if live and operation == "append":  # the parent's recent entries count as present
+            with pytest.raises(DuplicateKeyError):
+                store.append([{"id": min(live), "rev": -1}])
+            passed = store.head().built_index
         if passed is not None:
             _same(passed, KeyIndex.from_manifest(store.head().manifest()))
         assert {record["id"]: record["rev"] for record in store.values()} == live

@@ -278,7 +278,7 @@ class Snapshot:
         if hashes is None:
             keys = keys if isinstance(keys, (pa.Array, pa.ChunkedArray)) else list(keys)
             hashes = hashing.key_hashes(keys.to_pylist() if isinstance(keys, (pa.Array, pa.ChunkedArray)) else keys)
-        _, found = self._key_index().first_positions(hashes)
+        found = self._key_index().contains(hashes)
         hits = np.flatnonzero(found).tolist()
         if isinstance(keys, (pa.Array, pa.ChunkedArray)):
             candidates = keys.take(pa.array(hits, pa.int64())).to_pylist() if hits else []

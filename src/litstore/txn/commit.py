@@ -354,8 +354,10 @@ def _next_index(head: Snapshot, current: Plan) -> KeyIndex | None:
     index = head.built_index
     if index is None:
         return None
-    dropped_ids = [number for number, name in enumerate(index.chunks) if name in current.dropped_chunks]
-    removed = np.flatnonzero(np.isin(index.chunk_ids, np.array(dropped_ids, dtype=np.uint32)))
+    removed = np.empty(0, dtype=np.intp)
+    if current.dropped_chunks:  # (looking at every entry's chunk merges the index's recent entries in)
+        dropped_ids = [number for number, name in enumerate(index.chunks) if name in current.dropped_chunks]
+        removed = np.flatnonzero(np.isin(index.chunk_ids, np.array(dropped_ids, dtype=np.uint32)))
     return index.with_changes(removed, current.rows)
 
 
