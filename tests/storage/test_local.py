@@ -9,13 +9,18 @@ it and that nothing outside the root changed.
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
+import sys
+import textwrap
 import threading
 import uuid
 from pathlib import Path
 
 import pytest
 
-from litstore.errors import StorageError, UnsafePathError
+import litstore
+from litstore.errors import LitstoreError, StorageError, UnsafePathError
 from litstore.storage.base import Storage
 from litstore.storage.local import LocalStorage
 from litstore.testing import StorageTests
@@ -176,3 +181,76 @@ def test_dangling_link_on_the_way_is_refused_and_nothing_is_created(root: Path, 
             call()
     assert tree_state(outside) == before
     assert not (outside / "not-yet").exists() and not (outside / "nowhere").exists()
+
+
+def test_write_into_a_file_where_a_directory_is_expected_raises_a_storage_error(tmp_path: Path) -> None:
+    """A stranger's store whose ``manifests`` is a regular file: the commit's manifest write fails typed."""
+    root = tmp_path / "store"
+    litstore.Store.create(root, key="id")
+    shutil.rmtree(root / "manifests", ignore_errors=True)
+    (root / "manifests").write_bytes(b"")
+    with pytest.raises(LitstoreError):
+        litstore.open(root).append([{"id": "a", "value": 1}])
+
+
+def test_storage_write_under_a_file_raises_a_storage_error(tmp_path: Path) -> None:
+    """The same at the storage boundary: every OSError becomes a StorageError."""
+    storage = LocalStorage(tmp_path)
+    (tmp_path / "fragments").write_bytes(b"")
+    with pytest.raises(StorageError):
+        storage.write("fragments/t/x.bin", b"data")
+
+
+_READ_AS_AN_UNPRIVILEGED_USER = textwrap.dedent(
+    """
+    import sys, litstore
+    store = litstore.open(sys.argv[1])
+    for name, call in [("getitem", lambda: store["k1"]), ("get_many", lambda: store.get_many(["k1"])),
+                       ("contains", lambda: "k1" in store), ("values", lambda: list(store.values()))]:
+        try:
+            call()
+        except litstore.LitstoreError:
+            continue
+        except BaseException as exc:
+            print(f"{name}: untyped {type(exc).__name__}: {exc}")
+    """
+)
+
+
+def test_a_directory_without_search_permission_gives_a_typed_error(tmp_path: Path) -> None:
+    """A stranger's store (say, from a tarball) with a fragment directory of mode 0o600, read by a non-root user:
+    every read raises a typed error, not a bare PermissionError."""
+    root = tmp_path / "store"
+    store = litstore.Store.create(root, key="id")
+    store.append([{"id": f"k{i}", "value": i} for i in range(10)])
+    for fragment in (root / "fragments").iterdir():
+        fragment.chmod(0o600)
+    command = [sys.executable, "-c", _READ_AS_AN_UNPRIVILEGED_USER, str(root)]
+    if os.geteuid() == 0:  # root ignores file modes: drop the capabilities that let it
+        if shutil.which("setpriv") is None:
+            pytest.skip("running as root without setpriv")
+        command = ["setpriv", "--bounding-set=-dac_override,-dac_read_search", *command]
+    try:
+        result = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
+    finally:
+        for fragment in (root / "fragments").iterdir():
+            fragment.chmod(0o755)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "", result.stdout
+
+
+def test_an_overlong_path_gives_a_storage_error(tmp_path: Path) -> None:
+    """Existing directories whose full path passes PATH_MAX: a typed error, not a bare OSError."""
+    deep = tmp_path
+    segments = ["a" * 250] * 17
+    for segment in segments[:-1]:
+        deep = deep / segment
+        try:
+            deep.mkdir()
+        except OSError:
+            pytest.skip("cannot build the deep tree here")
+    storage = LocalStorage(tmp_path)
+    path = "/".join(segments)
+    for call in (storage.exists, storage.read, storage.delete, storage.mapped):
+        with pytest.raises(StorageError):
+            call(path)

@@ -14,11 +14,12 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 import pytest
 
 import litstore
 from litstore._litdata import writer as litdata_writer
-from litstore.errors import IntegrityError
+from litstore.errors import IntegrityError, InvalidArgumentError
 
 Damage = Callable[[bytearray], None]
 
@@ -111,3 +112,28 @@ def test_an_undamaged_write_passes_the_same_checks(make_store: Callable[..., lit
     assert len(store) == 100 and store["k0042"] == _records(100)[42]
     listed = [chunk for chunks in store.chunks().values() for chunk in chunks]
     assert listed and all(os.path.getsize(Path(store.root) / chunk.filename) == chunk.num_bytes for chunk in listed)
+
+
+def _flip_unsampled_byte(data: bytearray) -> None:
+    """Row 1, which the sampled check never looks at: only the whole read-back sees it."""
+    offsets = _offsets(data)
+    if len(offsets) > 3:
+        data[int(offsets[2]) - 1] ^= 0xFF
+
+
+def test_damage_to_a_row_the_sample_skips_stops_the_write(make_store: Callable[..., litstore.Store]) -> None:
+    store = make_store(key="id")
+    with damaged_chunks(_flip_unsampled_byte), pytest.raises(IntegrityError, match="did not land intact"):
+        store.append(_records(100))
+    assert len(litstore.open(store.root)) == 0
+
+
+def test_a_chunk_past_litdatas_4_gib_offsets_is_refused(tmp_path: Path) -> None:
+    writer = litdata_writer.ChunkWriter(str(tmp_path), "f", "fragments/f", iter(range(10)), 2**40)
+    huge = pa.LargeBinaryArray.from_buffers(
+        pa.large_binary(), 2, [None, pa.py_buffer(np.array([0, 4, 2**32], dtype=np.int64)), pa.allocate_buffer(2**32)]
+    )
+    writer.add_items(huge)
+    with pytest.raises(InvalidArgumentError, match="4 GiB"):
+        writer.close()
+    assert os.listdir(tmp_path) == []

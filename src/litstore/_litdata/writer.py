@@ -20,15 +20,17 @@ stream of any length is written with only the current chunk in memory.
 from __future__ import annotations
 
 import itertools
+import mmap
 import os
 from collections.abc import Iterable, Iterator, Sequence
 from typing import TypeAlias
 
 import numpy as np
 import pyarrow as pa
+import xxhash
 
 from litstore._litdata.index import ChunkInfo
-from litstore.errors import IntegrityError
+from litstore.errors import IntegrityError, InvalidArgumentError
 from litstore.format.columnar import sized, value_offsets
 
 _U32 = np.dtype("<u4")
@@ -130,11 +132,27 @@ class ChunkWriter:
         header = _header(np.concatenate([np.diff(value_offsets(piece)) for piece in pending]))
         parts: list[bytes | memoryview] = [header, *map(_item_bytes, pending)]
         size = sum(map(len, parts))
-        path = os.path.join(self._directory, name)
+        if size >= 2**32:  # litdata's offsets are 32-bit
+            raise InvalidArgumentError(
+                f"a chunk of {size:,} bytes cannot be written (litdata's limit is 4 GiB): "
+                "use a smaller chunk_bytes, or smaller records"
+            )
+        built = xxhash.xxh3_128()
+        for part in parts:
+            built.update(part)
         write_chunk_file(self._directory, name, parts)
-        if os.path.getsize(path) != size:  # the items are checked where they landed by the stager
-            raise IntegrityError(f"chunk {self._prefix}/{name} did not land whole: {size} bytes were written")
+        if _landed_digest(os.path.join(self._directory, name), size) != built.digest():
+            raise IntegrityError(f"chunk {self._prefix}/{name} did not land intact: its bytes are not the ones written")
         self.chunks.append(ChunkInfo(f"{self._prefix}/{name}", sum(map(len, pending)), size))
+
+
+def _landed_digest(path: str, size: int) -> bytes | None:
+    """The hash of the file at ``path`` read back (mapped: no copy), or ``None`` if it is not ``size`` bytes long."""
+    with open(path, "rb") as handle:
+        if os.fstat(handle.fileno()).st_size != size:
+            return None
+        with mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
+            return xxhash.xxh3_128_digest(mapped)
 
 
 def write_chunks(

@@ -14,7 +14,6 @@
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Iterable
 
 import numpy as np
@@ -148,22 +147,21 @@ def key_hash_array(keys: pa.Array | pa.ChunkedArray) -> np.ndarray:
     per int), without making a Python object per key.
     """
     chunks = keys.chunks if isinstance(keys, pa.ChunkedArray) else [keys]
-    digest = xxhash.xxh3_64_intdigest
     parts = [np.empty(0, np.uint64)]
     data: memoryview
-    ends: Iterable[int]
     for chunk in chunks:
         if chunk.null_count:
             raise ValueError("a key column with nulls")
         if pa.types.is_integer(chunk.type):
             data = memoryview(np.asarray(chunk.cast(pa.int64()).to_numpy(), dtype="<i8").tobytes())
-            ends = range(0, 8 * len(chunk) + 1, 8)
+            ends = np.arange(0, 8 * len(chunk) + 1, 8, dtype=np.int64)
         else:
             chunk = chunk.cast(pa.large_string())
             data = memoryview(chunk.buffers()[2] or b"")
-            ends = columnar.value_offsets(chunk).tolist()
+            ends = columnar.value_offsets(chunk)
+        spans = map(slice, ends[:-1].tolist(), ends[1:].tolist())
         parts.append(
-            np.fromiter((digest(data[a:b]) for a, b in itertools.pairwise(ends)), dtype=np.uint64, count=len(chunk))
+            np.fromiter(map(xxhash.xxh3_64_intdigest, map(data.__getitem__, spans)), dtype=np.uint64, count=len(chunk))
         )
     return np.concatenate(parts)
 

@@ -16,10 +16,11 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 
 from litstore._litdata import chunk as layout
 from litstore.errors import IntegrityError, MissingFileError
-from litstore.format import codec, hashing
+from litstore.format import codec, columnar, hashing
 from litstore.storage import Storage
 
 # The first ranged read of a remote chunk: enough for the header of ~16,000 items.
@@ -118,6 +119,31 @@ class ChunkCache:
             return self._fetch(name, starts.tolist(), ends.tolist())
         view = chunk.view
         return [view[start:end] for start, end in zip(starts.tolist(), ends.tolist(), strict=True)]
+
+    def items(self, name: str, rows: np.ndarray) -> pa.LargeBinaryArray:
+        """Items ``rows`` of chunk ``name`` as the chunk holds them (each payload after its 4-byte size), in order.
+
+        For moving records between chunks: a mapped chunk's items are taken in one bulk
+        copy (its offsets were checked against its length when it was opened); a remote
+        chunk's payloads, or items whose size field does not match their offsets, are
+        framed again from the payloads.
+        """
+        chunk = self._chunk(name)
+        rows = np.asarray(rows, dtype=np.int64)
+        self._check_row(name, chunk, rows)
+        if chunk.view is not None:
+            whole = pa.LargeBinaryArray.from_buffers(
+                pa.large_binary(), len(chunk.offsets) - 1, [None, pa.py_buffer(chunk.offsets), pa.py_buffer(chunk.view)]
+            )
+            taken: pa.LargeBinaryArray = whole.take(pa.array(rows))
+            del whole  # the chunk's mapping is no longer referenced by Arrow
+            ends = columnar.value_offsets(taken)
+            data = np.frombuffer(taken.buffers()[2] or b"", dtype=np.uint8)
+            fields = data[ends[:-1, None] + np.arange(layout.ITEM_HEADER)].view("<u4")[:, 0] if len(rows) else ends[:0]
+            if np.array_equal(fields, np.diff(ends) - layout.ITEM_HEADER):
+                return taken
+        payloads = [bytes(payload) for payload in self.payloads(name, rows)]
+        return columnar.sized(pa.array(payloads, pa.large_binary()))
 
     def _fetch(self, name: str, starts: list[int], ends: list[int]) -> list[bytes]:
         """Byte ranges of a remote chunk: nearby ranges merged, the GETs run concurrently.

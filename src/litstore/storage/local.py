@@ -11,6 +11,7 @@ ones a killed writer left behind, for gc.
 
 from __future__ import annotations
 
+import contextlib
 import mmap
 import os
 import re
@@ -58,6 +59,8 @@ class LocalStorage(Storage):
                 mode = os.lstat(step).st_mode
             except (FileNotFoundError, NotADirectoryError):
                 break  # nothing further exists: nothing further can be a link
+            except OSError as exc:  # no permission to look, a path too long, ...
+                raise StorageError(f"cannot look up {path!r} in {self.root}: {exc}") from exc
             if stat.S_ISLNK(mode):
                 raise UnsafePathError(f"{path!r} in {self.root} leads through a symbolic link; refused")
         return self.root.joinpath(*segments)
@@ -124,7 +127,8 @@ class LocalStorage(Storage):
                 handle.write(data)
             os.replace(temporary, target)
         except OSError as exc:
-            temporary.unlink(missing_ok=True)
+            with contextlib.suppress(OSError):  # it may never have been created (no directory to hold it)
+                temporary.unlink(missing_ok=True)
             raise StorageError(f"cannot write {path!r} in {self.root}: {exc}") from exc
 
     def put_if_absent(self, path: str, data: bytes) -> bool:

@@ -35,7 +35,7 @@ import pyarrow.compute as pc
 from litstore import query
 from litstore._litdata.index import ChunkInfo, index_document
 from litstore.errors import ConflictError, StorageError, UncertainCommitError, VersionNotFoundError, describe
-from litstore.format import columnar, hashing, layout
+from litstore.format import hashing, layout
 from litstore.format import manifest as manifest_format
 from litstore.format.manifest import ChangeKind
 from litstore.format.models import ExpiredVersion, Operation, Version, declared_fields
@@ -145,18 +145,22 @@ def _relocate(head: Snapshot, current: Plan, progress: bool) -> tuple[Plan, Stag
         return current, None
     rows = current.rows.take(pa.array(positions))
     names, chunk_ids = manifest_format.chunk_codes(rows.column("chunk"))
-    payloads: list[bytes] = [b""] * len(positions)
+    pieces, order = [], []
     for chunk_id, where, chunk_rows in by_chunk(chunk_ids, rows.column("row").to_numpy()):
-        for position, payload in zip(where.tolist(), head.chunk_cache.payloads(names[chunk_id], chunk_rows)):
-            payloads[position] = bytes(payload)
+        pieces.append(head.chunk_cache.items(names[chunk_id], chunk_rows))  # byte copies, read front to back
+        order.append(where)
+    read_order = np.concatenate(order)
+    positions, rows = positions[read_order], rows.take(pa.array(read_order))  # in the order the items were read
     batch = Batch(
         keys=rows.column("key").to_pylist(),
         key_hashes=rows.column("key_hash").to_numpy(),
         splits=rows.column("split").to_pylist(),
-        items=columnar.sized(pa.array(payloads, pa.large_binary())),
+        items=pa.concat_arrays(pieces),
         content_hashes=rows.column("content_hash").to_pylist(),
     )
-    moves = stage(head.storage, head.config, batch, progress, "moving records", current.chunk_bytes)
+    moves = stage(
+        head.storage, head.config, batch, progress, "moving records", current.chunk_bytes, fingerprinted=False
+    )
     # The stager lists rows in the order it wrote them: match them to the plan by key.
     where = pc.index_in(rows.column("key"), value_set=moves.rows.column("key")).to_numpy(zero_copy_only=False)
     old_names, old_ids = manifest_format.chunk_codes(current.rows.column("chunk"))

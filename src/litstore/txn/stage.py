@@ -72,13 +72,17 @@ def stage(
     progress: bool = False,
     description: str = "writing records",
     chunk_bytes: int | None = None,
+    fingerprinted: bool = True,
 ) -> StagedFragment:
     """Write ``runs`` (one batch or a stream of them) into a new fragment.
 
     Each run's records are written per split in key-hash order; chunks are about
-    ``chunk_bytes`` (default: the store's) each. Every chunk's header and a sample of
-    its records are read back before this returns (:func:`_check_landed`). If the
-    stream raises (bad input found late), the partial fragment is removed.
+    ``chunk_bytes`` (default: the store's) each. Every chunk is read back before this
+    returns: every record must sit, intact, exactly once where the rows say. If the
+    stream raises (bad input found late), the partial fragment is removed. With
+    ``fingerprinted=False`` the fragment's fingerprint is left at zero instead of
+    hashing every (key, content hash) pair: for records moved between chunks, which
+    leave a version's fingerprint as it was.
 
     Raises:
         IntegrityError: the written chunks do not hold every record exactly once.
@@ -97,7 +101,8 @@ def stage(
             for run in [runs] if isinstance(runs, Batch) else runs:
                 runs_seen += 1
                 run_rows = _rows_of(run, key_type)
-                fingerprint += hashing.fingerprint_of(run_rows.column("key"), run_rows.column("content_hash"))
+                if fingerprinted:
+                    fingerprint += hashing.fingerprint_of(run_rows.column("key"), run_rows.column("content_hash"))
                 split_names = np.array(run.splits, dtype=object)
                 for split in sorted(set(run.splits)):
                     members = np.flatnonzero(split_names == split)
@@ -204,13 +209,13 @@ def _break_hash_ties(order: np.ndarray, batch: Batch) -> np.ndarray:
 def _check_landed(directory: str, prefix: str, rows: pa.Table) -> None:
     """Check that records sit where their rows say, in the local staging ``directory``.
 
-    Each chunk's header must hold exactly the records its rows say, and a sample of
-    records (every 32nd row and the last of each chunk) must sit, intact and with their
-    size field right, exactly where its row says: this catches a record written to the
-    wrong place, a chunk cut short or a file another process rewrote, without hashing
-    every record twice (a whole read-back would come from the page cache, not the disk,
-    so it could only catch what the sample catches). Reads only headers and the
-    sampled items, and looks at the rows as columns: memory stays bounded by the sample.
+    The writer read each chunk back whole as it was written (:class:`ChunkWriter`: its
+    bytes are the ones built); here each chunk's header must hold exactly the records
+    its rows say, and a sample of records (every 32nd row and the last of each chunk)
+    must sit, intact and with their size field right, exactly where its row says, which
+    catches a record written to the wrong place without hashing every record twice.
+    Reads only headers and the sampled items, and looks at the rows as columns: memory
+    stays bounded by the sample.
     """
     names, chunk_ids = manifest_format.chunk_codes(rows.column("chunk"))
     row_numbers = rows.column("row").to_numpy()
