@@ -22,7 +22,7 @@ import pyarrow as pa
 import pyarrow.compute
 import pyarrow.compute as pc
 
-from litstore.format.manifest import ChangeKind, columns, delta_schema, empty, schema
+from litstore.format.manifest import ChangeKind, chunk_codes, columns, delta_schema, empty, schema
 
 
 def compose(
@@ -158,15 +158,15 @@ def rows_for_keys(table: pa.Table, keys: pa.Array) -> pa.Table:
 
 
 def rows_in_chunks(table: pa.Table, chunks: Sequence[str]) -> pa.Table:
-    """The rows of ``table`` stored in any of ``chunks``, by chunk and row."""
-    names = table.column("chunk").cast(pa.string())  # plain text, where the column is dictionary-encoded
-    inside = pc.is_in(names, value_set=pa.array(list(chunks), pa.string()))
-    found = table.filter(inside)
-    order = pc.sort_indices(
-        pa.table({"chunk": names.filter(inside), "row": found.column("row")}),
-        sort_keys=[("chunk", "ascending"), ("row", "ascending")],
-    )
-    return found.take(order)
+    """The rows of ``table`` stored in any of ``chunks``, by chunk name and row (looked at as chunk numbers)."""
+    names, codes = chunk_codes(table.column("chunk"))
+    wanted = set(chunks)
+    selected = np.array([name in wanted for name in names], dtype=bool)
+    positions = np.flatnonzero(selected[codes]) if len(names) else np.empty(0, dtype=np.intp)
+    rank = np.argsort(np.argsort(np.array(names, dtype=object))) if names else np.empty(0, dtype=np.intp)
+    rows = table.column("row").to_numpy()[positions]
+    order = positions[np.lexsort((rows, rank[codes[positions]]))]
+    return table.take(pa.array(order, pa.int64()))
 
 
 def diff(old: pa.Table, new: pa.Table) -> dict[str, pa.Table]:
