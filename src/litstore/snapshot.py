@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import UTC, datetime
 from itertools import repeat
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -87,6 +87,7 @@ class Snapshot:
         manifests: ManifestCache | None = None,
         chunks: dict[str, list[ChunkInfo]] | None = None,
         index: KeyIndex | None = None,
+        composed: Callable[[], pa.Table] | None = None,
     ) -> None:
         self._storage = storage
         self._config = config
@@ -96,6 +97,7 @@ class Snapshot:
         self._chunks = chunks
         self._index = index
         self._manifest: pa.Table | None = None
+        self._composed = composed  # composes the manifest from the parent's in memory, instead of the files
         self._cache = ChunkCache(storage)
 
     def __repr__(self) -> str:
@@ -144,12 +146,33 @@ class Snapshot:
         """The key index, if a lookup already built it (else ``None``; nothing is built)."""
         return self._index
 
+    @property
+    def built_manifest(self) -> pa.Table | None:
+        """The manifest, if something already composed it (else ``None``; nothing is composed)."""
+        return self._manifest
+
     def successor(
-        self, version: Version, chunks: dict[str, list[ChunkInfo]] | None, index: KeyIndex | None
+        self,
+        version: Version,
+        chunks: dict[str, list[ChunkInfo]] | None,
+        index: KeyIndex | None,
+        composed: Callable[[], pa.Table] | None = None,
     ) -> Snapshot:
-        """A snapshot of a later ``version`` of the same store, sharing this one's caches."""
+        """A snapshot of a later ``version`` of the same store, sharing this one's caches.
+
+        ``composed``, if given, makes that version's manifest when it is first asked for
+        (a writer that holds its parent's manifest and the delta it committed), instead
+        of reading the manifest files again.
+        """
         return Snapshot(
-            self._storage, self._config, version, self._model, manifests=self._manifests, chunks=chunks, index=index
+            self._storage,
+            self._config,
+            version,
+            self._model,
+            manifests=self._manifests,
+            chunks=chunks,
+            index=index,
+            composed=composed,
         )
 
     # -- lookups -----------------------------------------------------------------
@@ -325,8 +348,12 @@ class Snapshot:
             key = (self._version.number, self._version.transaction)
             cached = self._manifests.get(key)
             if cached is None:
-                cached = log.compose_manifest(self._storage, self._config, self._version.number)
+                if self._composed is not None:
+                    cached = self._composed()
+                else:
+                    cached = log.compose_manifest(self._storage, self._config, self._version.number)
                 self._manifests.put(key, cached)
+            self._composed = None  # what it held (the parent's manifest) is no longer needed
             self._manifest = cached
         return self._manifest
 

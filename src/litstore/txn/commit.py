@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -95,7 +95,7 @@ def commit(
                 claimed = claims.claim(head.storage, owner)
             claims.wait_for_turn(head.storage, owner)
             try:
-                version, chunks = publish(head, current, moves, operation, message, metadata)
+                version, chunks, composed = publish(head, current, moves, operation, message, metadata)
             except ConflictError:
                 losses += 1
                 head, touched, dropped = catch_up(head)
@@ -116,7 +116,7 @@ def commit(
                     current, moves = _relocate(head, current, progress)
                 time.sleep(_pause(attempt))
                 continue
-            return head.successor(version, chunks, _next_index(head, current))
+            return head.successor(version, chunks, _next_index(head, current), composed)
     except BaseException as exc:
         if moves is not None and not isinstance(exc, UncertainCommitError):  # a record may list the moves
             discard(head.storage, moves)
@@ -198,8 +198,9 @@ def publish(
     operation: Operation,
     message: str | None = None,
     metadata: dict[str, Any] | None = None,
-) -> tuple[Version, dict[str, list[ChunkInfo]]]:
-    """Commit ``current`` as version ``head + 1``; returns it and its chunks.
+) -> tuple[Version, dict[str, list[ChunkInfo]], Callable[[], pa.Table] | None]:
+    """Commit ``current`` as version ``head + 1``; returns it, its chunks and, where ``head``
+    holds its manifest, what composes the new version's manifest from it in memory.
 
     The new version gets a full manifest checkpoint every ``checkpoint_interval``
     versions, and whenever composing it would read more delta rows than it has live
@@ -234,6 +235,7 @@ def publish(
         counts[split] = counts.get(split, 0) + difference
     pending_rows = parent.pending_rows + delta.num_rows
     checkpoint_path = None
+    full: pa.Table | None = None
     if number % config.checkpoint_interval == 0 or pending_rows > sum(counts.values()):
         full = query.compose(
             config.key_type, head.manifest(), [manifest_format.decoded(delta)], declared_fields(config, parent)
@@ -275,7 +277,19 @@ def publish(
             except StorageError:
                 pass  # an unreferenced file: gc removes it; the lost race is what matters
         raise ConflictError(f"version {number} was committed by another writer first")
-    return version, chunks
+    return version, chunks, _composer(head, delta, full)
+
+
+def _composer(head: Snapshot, delta: pa.Table, full: pa.Table | None) -> Callable[[], pa.Table] | None:
+    """What makes the new version's manifest without reading files: the checkpoint just composed, or the
+    parent's manifest (if the head holds it) with the delta applied, as composing from the files would."""
+    if full is not None:
+        return lambda: full
+    parent_manifest = head.built_manifest
+    if parent_manifest is None:
+        return None
+    key_type, fields = head.config.key_type, declared_fields(head.config, head.version)
+    return lambda: query.compose(key_type, parent_manifest, [manifest_format.decoded(delta)], fields)
 
 
 def put_commit_record(head: Snapshot, version: Version) -> bool:

@@ -1,6 +1,7 @@
-"""The key index a commit passes on (the parent's, updated by one merge) is the index a
-fresh reader builds from the new version's manifest: same hashes, places and content
-hashes, in the same order, whatever the sequence of appends, upserts and deletes."""
+"""What a commit passes on to the next version is what a fresh reader builds from the files:
+the key index (the parent's, updated by one merge) has the same hashes, places and content
+hashes in the same order, and the manifest (the parent's, with the delta applied in memory)
+has the same rows, whatever the sequence of appends, upserts and deletes."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from litstore.errors import DuplicateKeyError
 from litstore.format import hashing
 from litstore.read import keyindex
 from litstore.read.keyindex import KeyIndex
+from litstore.txn import log
 
 Step = tuple[str, list[int]]
 
@@ -76,3 +78,8 @@ def test_the_index_a_commit_passes_on_is_the_one_a_reader_builds(
         if passed is not None:
             _same(passed, KeyIndex.from_manifest(store.head().manifest()))
         assert {record["id"]: record["rev"] for record in store.values()} == live
+        head = store.head()
+        passed_manifest = head.manifest()  # composed in memory after an upsert or delete (the parent's was read)
+        from_files = log.compose_manifest(head.storage, head.config, head.version.number)
+        assert passed_manifest.schema == from_files.schema
+        assert passed_manifest.sort_by("key").equals(from_files.sort_by("key"))
