@@ -56,3 +56,20 @@ def test_rows_in_chunks_is_the_semi_join(table: pa.Table, chunks: list[str]) -> 
     ] == got
     assert sorted(found.column("key").to_pylist()) == sorted(expected.column("key").to_pylist())
     assert found.schema == table.schema
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    changes=st.lists(
+        st.tuples(
+            st.integers(0, 20).map(lambda i: f"k{i:02d}"), st.sampled_from(["added", "replaced", "deleted", "moved"])
+        ),
+        max_size=40,
+    )
+)
+def test_touched_keys_is_the_query(changes: list[tuple[str, str]]) -> None:
+    delta = pa.table(
+        {"key": pa.array([key for key, _ in changes], pa.string()), "change": [change for _, change in changes]}
+    )
+    expected = query.query("SELECT DISTINCT key FROM d WHERE change <> 'moved'", {"d": delta}).column(0).to_pylist()
+    assert sorted(query.touched_keys(delta)) == sorted(expected)

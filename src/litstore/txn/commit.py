@@ -43,8 +43,7 @@ from litstore.read.groups import by_chunk
 from litstore.read.keyindex import KeyIndex
 from litstore.txn import claims, log
 from litstore.txn.plan import Mode, Plan, plan
-from litstore.txn.records import Batch
-from litstore.txn.stage import StagedFragment, discard, stage
+from litstore.txn.stage import Moved, StagedFragment, discard, stage
 
 if TYPE_CHECKING:
     from litstore.snapshot import Snapshot
@@ -151,15 +150,9 @@ def _relocate(head: Snapshot, current: Plan, progress: bool) -> tuple[Plan, Stag
         order.append(where)
     read_order = np.concatenate(order)
     positions, rows = positions[read_order], rows.take(pa.array(read_order))  # in the order the items were read
-    batch = Batch(
-        keys=rows.column("key").to_pylist(),
-        key_hashes=rows.column("key_hash").to_numpy(),
-        splits=rows.column("split").to_pylist(),
-        items=pa.concat_arrays(pieces),
-        content_hashes=rows.column("content_hash").to_pylist(),
-    )
+    moved = Moved(rows.select(["key", "key_hash", "content_hash", "split"]), pa.concat_arrays(pieces))
     moves = stage(
-        head.storage, head.config, batch, progress, "moving records", current.chunk_bytes, fingerprinted=False
+        head.storage, head.config, moved, progress, "moving records", current.chunk_bytes, fingerprinted=False
     )
     # The stager lists rows in the order it wrote them: match them to the plan by key.
     where = pc.index_in(rows.column("key"), value_set=moves.rows.column("key")).to_numpy(zero_copy_only=False)

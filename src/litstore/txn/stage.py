@@ -65,10 +65,22 @@ class StagedFragment:
         return f"StagedFragment({self.transaction!r}, records={len(self)}, chunks={chunks})"
 
 
+@dataclass(frozen=True)
+class Moved:
+    """Committed records that move to new chunks (copy-on-write): their items as stored, in order, and their
+    manifest rows (``key``, ``key_hash``, ``content_hash``, ``split``), which they keep."""
+
+    rows: pa.Table
+    items: pa.LargeBinaryArray
+
+    def __len__(self) -> int:
+        return int(self.rows.num_rows)
+
+
 def stage(
     storage: Storage,
     config: StoreConfig,
-    runs: Batch | Iterable[Batch],
+    runs: Batch | Moved | Iterable[Batch],
     progress: bool = False,
     description: str = "writing records",
     chunk_bytes: int | None = None,
@@ -98,15 +110,18 @@ def stage(
         with storage.staging(prefix) as directory:
             runs_seen = 0
             fingerprint = 0
-            for run in [runs] if isinstance(runs, Batch) else runs:
+            for run in [runs] if isinstance(runs, (Batch, Moved)) else runs:
                 runs_seen += 1
-                run_rows = _rows_of(run, key_type)
+                run_rows, splits = _rows_of(run, key_type)
                 if fingerprinted:
                     fingerprint += hashing.fingerprint_of(run_rows.column("key"), run_rows.column("content_hash"))
-                split_names = np.array(run.splits, dtype=object)
-                for split in sorted(set(run.splits)):
-                    members = np.flatnonzero(split_names == split)
-                    order = _break_hash_ties(members[np.argsort(run.key_hashes[members], kind="stable")], run)
+                key_hashes = run_rows.column("key_hash").to_numpy()
+                split_names, split_codes = manifest_format.chunk_codes(splits)  # (any string column's codes)
+                for code in sorted(range(len(split_names)), key=split_names.__getitem__):
+                    split = split_names[code]
+                    members = np.flatnonzero(split_codes == code)
+                    order = members[np.argsort(key_hashes[members], kind="stable")]
+                    order = _break_hash_ties(order, key_hashes, run_rows.column("content_hash"))
                     writer = writers.get(split)
                     if writer is None:
                         writer = writers[split] = ChunkWriter(
@@ -151,8 +166,11 @@ def discard(storage: Storage, fragment: StagedFragment) -> None:
     storage.delete_tree(layout.fragment(fragment.transaction))
 
 
-def _rows_of(run: Batch, key_type: pa.DataType) -> pa.Table:
-    """The run's manifest columns known before it is written (all but split, chunk and row), in run order."""
+def _rows_of(run: Batch | Moved, key_type: pa.DataType) -> tuple[pa.Table, pa.Array | pa.ChunkedArray]:
+    """The run's manifest columns known before it is written (all but split, chunk and row), in run order,
+    and each record's split."""
+    if isinstance(run, Moved):
+        return run.rows.select(["key", "key_hash", "content_hash"]), run.rows.column("split")
     contents = pa.FixedSizeBinaryArray.from_buffers(
         pa.binary(16), len(run), [None, pa.py_buffer(b"".join(run.content_hashes))]
     )
@@ -162,7 +180,7 @@ def _rows_of(run: Batch, key_type: pa.DataType) -> pa.Table:
         "content_hash": contents,
     }
     columns.update(run.fields)
-    return pa.table(columns)
+    return pa.table(columns), pa.array(run.splits, pa.string())
 
 
 def _locate(written: list[pa.Table], chunks: dict[str, tuple[ChunkInfo, ...]], key_type: str) -> pa.Table:
@@ -198,12 +216,13 @@ def _locate(written: list[pa.Table], chunks: dict[str, tuple[ChunkInfo, ...]], k
     return pa.concat_tables(parts).select(schema.names).cast(schema)
 
 
-def _break_hash_ties(order: np.ndarray, batch: Batch) -> np.ndarray:
+def _break_hash_ties(order: np.ndarray, key_hashes: np.ndarray, contents: pa.ChunkedArray) -> np.ndarray:
     """Order records that share a key hash by content, so equal input gives equal chunks."""
-    hashes = batch.key_hashes[order]
+    hashes = key_hashes[order]
     if len(hashes) < 2 or not np.any(hashes[1:] == hashes[:-1]):
         return order
-    return np.array(sorted(order.tolist(), key=lambda i: (int(batch.key_hashes[i]), batch.content_hashes[i])))
+    ordered = sorted(zip(hashes.tolist(), contents.take(pa.array(order)).to_pylist(), order.tolist(), strict=True))
+    return np.array([position for _, _, position in ordered], dtype=order.dtype)
 
 
 def _check_landed(directory: str, prefix: str, rows: pa.Table) -> None:
