@@ -205,8 +205,11 @@ _READ_AS_AN_UNPRIVILEGED_USER = textwrap.dedent(
     """
     import sys, litstore
     store = litstore.open(sys.argv[1])
+    from litstore.storage.local import LocalStorage
     for name, call in [("getitem", lambda: store["k1"]), ("get_many", lambda: store.get_many(["k1"])),
-                       ("contains", lambda: "k1" in store), ("values", lambda: list(store.values()))]:
+                       ("contains", lambda: "k1" in store), ("values", lambda: list(store.values())),
+                       ("verify", lambda: store.verify()), ("gc", lambda: store.gc(dry_run=True)),
+                       ("walk", lambda: LocalStorage(sys.argv[1]).walk("fragments"))]:
         try:
             call()
         except litstore.LitstoreError:
@@ -219,7 +222,7 @@ _READ_AS_AN_UNPRIVILEGED_USER = textwrap.dedent(
 
 def test_a_directory_without_search_permission_gives_a_typed_error(tmp_path: Path) -> None:
     """A stranger's store (say, from a tarball) with a fragment directory of mode 0o600, read by a non-root user:
-    every read raises a typed error, not a bare PermissionError."""
+    every read, verify, gc and walk raises a typed error, not a bare PermissionError."""
     root = tmp_path / "store"
     store = litstore.Store.create(root, key="id")
     store.append([{"id": f"k{i}", "value": i} for i in range(10)])
@@ -254,3 +257,4 @@ def test_an_overlong_path_gives_a_storage_error(tmp_path: Path) -> None:
     for call in (storage.exists, storage.read, storage.delete, storage.mapped):
         with pytest.raises(StorageError):
             call(path)
+

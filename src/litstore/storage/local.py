@@ -146,7 +146,8 @@ class LocalStorage(Storage):
         except OSError as exc:
             raise StorageError(f"cannot create {path!r} in {self.root}: {exc}") from exc
         finally:
-            temporary.unlink(missing_ok=True)
+            with contextlib.suppress(OSError):  # never hides the error above (it may never have been created)
+                temporary.unlink(missing_ok=True)
         return True
 
     def _make_parents(self, path: str, target: Path) -> None:
@@ -186,6 +187,8 @@ class LocalStorage(Storage):
                     status = full.lstat()
                 except FileNotFoundError:
                     continue
+                except OSError as exc:  # a directory that can be listed but not searched, ...
+                    raise StorageError(f"cannot look at {full} in {self.root}: {exc}") from exc
                 if stat.S_ISREG(status.st_mode):
                     yield full.relative_to(self.root).as_posix(), status
 
