@@ -85,6 +85,13 @@ def item_size_matches(chunk: Buffer, offsets: np.ndarray, row: int) -> bool:
     return declared == end - start - ITEM_HEADER
 
 
+def size_fields_match(chunk: Buffer, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """For each item ``chunk[starts[i]:ends[i]]`` (all within ``chunk``), whether its leaf size field agrees."""
+    data = np.frombuffer(chunk, np.uint8)
+    declared = data[starts[:, None] + np.arange(ITEM_HEADER)].view(_U32)[:, 0]
+    return np.asarray(declared == ends - starts - ITEM_HEADER)
+
+
 def strip_item_header(item: bytes | memoryview) -> memoryview:
     """The payload of one item read on its own (its bytes from ``offsets[row]``)."""
     return memoryview(item)[ITEM_HEADER:]

@@ -138,9 +138,7 @@ class ChunkCache:
             taken: pa.LargeBinaryArray = whole.take(pa.array(rows))
             del whole  # the chunk's mapping is no longer referenced by Arrow
             ends = columnar.value_offsets(taken)
-            data = np.frombuffer(taken.buffers()[2] or b"", dtype=np.uint8)
-            fields = data[ends[:-1, None] + np.arange(layout.ITEM_HEADER)].view("<u4")[:, 0] if len(rows) else ends[:0]
-            if np.array_equal(fields, np.diff(ends) - layout.ITEM_HEADER):
+            if layout.size_fields_match(taken.buffers()[2] or b"", ends[:-1], ends[1:]).all():
                 return taken
         payloads = [bytes(payload) for payload in self.payloads(name, rows)]
         return columnar.sized(pa.array(payloads, pa.large_binary()))

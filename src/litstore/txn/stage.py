@@ -274,9 +274,8 @@ def _wrong_items(view: memoryview, offsets: np.ndarray, rows: np.ndarray, expect
     starts, ends = offsets[rows], offsets[rows + 1]
     if len(rows) and int(ends.max()) > len(view):
         return int(np.argmax(ends > len(view)))
-    sizes = np.frombuffer(view, np.uint8)[starts[:, None] + np.arange(chunk_layout.ITEM_HEADER)].view("<u4")[:, 0]
     payloads = map(view.__getitem__, map(slice, (starts + chunk_layout.ITEM_HEADER).tolist(), ends.tolist()))
     hashes = list(map(hashing.content_hash, payloads))
     damaged = np.fromiter(map(bytes.__ne__, hashes, expected), dtype=bool, count=len(hashes))
-    bad = (sizes != ends - starts - chunk_layout.ITEM_HEADER) | damaged
+    bad = ~chunk_layout.size_fields_match(view, starts, ends) | damaged
     return int(np.argmax(bad)) if bad.any() else None
