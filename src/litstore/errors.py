@@ -30,10 +30,14 @@ built-in type, the error also derives from it, so ``except KeyError`` keeps work
 
 Batch errors carry the offending positions and keys in ``.culprits`` and name the
 first few of them (and how many there are) in the message.
+
+Every error pickles (see :class:`LitstoreError`): errors cross process boundaries, from
+``Store.ingest``'s workers, Ray tasks and DataLoader workers to the caller.
 """
 
 from __future__ import annotations
 
+import pickle
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -45,7 +49,34 @@ SHOWN_CULPRITS = 5
 
 
 class LitstoreError(Exception):
-    """Base class of every error litstore raises."""
+    """Base class of every error litstore raises.
+
+    Every litstore error survives ``pickle`` with its type, message and attributes: it is
+    rebuilt from its ``args`` and attributes without calling ``__init__``, so a subclass may
+    take constructor arguments other than its ``args``. An attribute whose value cannot be
+    pickled (a lambda or a lock a record held, say) comes back as ``None`` rather than making
+    the whole error unpicklable, which would lose it on its way out of a worker process; the
+    message, which names the value, comes back whole.
+    """
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        state = {name: value if _picklable(value) else None for name, value in vars(self).items()}
+        return (_rebuild, (type(self), self.args), state)
+
+
+def _rebuild(cls: type[LitstoreError], args: tuple[Any, ...]) -> LitstoreError:
+    """An error of type ``cls`` with ``args``, made without its ``__init__`` (pickle then restores its attributes)."""
+    error = cls.__new__(cls, *args)
+    error.args = args
+    return error
+
+
+def _picklable(value: Any) -> bool:
+    try:
+        pickle.dumps(value, pickle.HIGHEST_PROTOCOL)
+    except (pickle.PicklingError, TypeError, AttributeError, RecursionError):
+        return False
+    return True
 
 
 def describe(items: Sequence[Any], limit: int = SHOWN_CULPRITS) -> str:
@@ -88,12 +119,19 @@ class SchemaError(InvalidRecordError):
 
 
 class UnsupportedValueError(SchemaError):
-    """A value in a record has a type litstore cannot store; ``path`` says where in the record."""
+    """A value in a record has a type litstore cannot store.
+
+    Attributes:
+        path: where in the record the value is (``""``: the record itself).
+        value: the value; ``None`` in a copy unpickled from another process if it
+            cannot be pickled (the message names its type either way).
+    """
 
     def __init__(self, path: str, value: Any, why: str = "") -> None:
         reason = why or f"values of type {type(value).__name__} cannot be stored"
         super().__init__(f"{path or 'record'}: {reason}")
         self.path = path
+        self.value = value
 
 
 class SplitError(InvalidRecordError):
@@ -145,16 +183,14 @@ class IngestError(LitstoreError):
 
     Attributes:
         position: the failing input's position in ``inputs``; ``None`` where a worker died.
-        input: the failing input (its ``repr`` is in the message); ``None`` where a worker died.
+        input: the failing input (its ``repr`` is in the message); ``None`` where a worker
+            died, and in a copy unpickled from another process if it cannot be pickled.
     """
 
     def __init__(self, message: str, position: int | None = None, value: Any = None) -> None:
         super().__init__(message)
         self.position = position
         self.input = value
-
-    def __reduce__(self) -> tuple[Any, ...]:  # crosses from a worker process to the caller
-        return (type(self), (str(self), self.position, self.input))
 
 
 class MissingDependencyError(LitstoreError, ImportError):
@@ -166,7 +202,10 @@ class IntegrityError(LitstoreError):
 
 
 class VerificationError(IntegrityError):
-    """``VerifyReport.raise_if_failed()`` found problems; ``.report`` holds them all."""
+    """``VerifyReport.raise_if_failed()`` found problems; ``.report`` (a ``VerifyReport``) holds them all.
+
+    A ``VerifyReport`` pickles; any other report that cannot comes back as ``None``.
+    """
 
     def __init__(self, message: str, report: Any) -> None:
         super().__init__(message)

@@ -31,6 +31,7 @@ import xxhash
 from litstore._litdata.index import ChunkInfo
 from litstore.errors import IntegrityError, InvalidArgumentError
 from litstore.format.columnar import sized, value_offsets
+from litstore.format.layout import CHUNK_SIZE_LIMIT
 
 _U32 = np.dtype("<u4")
 
@@ -131,7 +132,7 @@ class ChunkWriter:
         header = _header(np.concatenate([np.diff(value_offsets(piece)) for piece in pending]))
         parts: list[bytes | memoryview] = [header, *map(_item_bytes, pending)]
         size = sum(map(len, parts))
-        if size >= 2**32:  # litdata's offsets are 32-bit
+        if size >= CHUNK_SIZE_LIMIT:
             raise InvalidArgumentError(
                 f"a chunk of {size:,} bytes cannot be written (litdata's limit is 4 GiB): "
                 "use a smaller chunk_bytes, or smaller records"

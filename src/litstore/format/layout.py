@@ -31,6 +31,8 @@ TAGS = "tags"
 TURN = f"{VERSIONS}/turn.claim"
 #: Every name litstore writes at the top of a store root.
 TOP_LEVEL = (CONFIG, VERSIONS, MANIFESTS, FRAGMENTS, TAGS)
+#: A chunk file must be smaller than this: litdata's chunk header holds 32-bit offsets.
+CHUNK_SIZE_LIMIT = 2**32
 
 _VERSION_FILE = re.compile(r"(\d+)\.json")
 _TRANSACTION = re.compile(r"[0-9a-f]{20}")

@@ -9,6 +9,7 @@ and refuse what it does not understand.
 
 from __future__ import annotations
 
+import numbers
 import re
 from datetime import datetime
 from typing import Annotated, Any, Literal
@@ -146,7 +147,12 @@ class SchemaRef(_Frozen):
 
 
 class StoreConfig(_Frozen):
-    """``litstore.json``: what is fixed when a store is created."""
+    """``litstore.json``: what is fixed when a store is created.
+
+    ``chunk_bytes`` is a whole number of bytes below :data:`~litstore.format.layout.CHUNK_SIZE_LIMIT`:
+    a chunk filled to a larger target could never be written, so such a value is refused when a
+    store is created, and a config that holds one is refused when read.
+    """
 
     format_version: int = STORE_FORMAT_VERSION
     key: str
@@ -158,6 +164,23 @@ class StoreConfig(_Frozen):
     created_at: datetime
     #: Fields declared at creation (see :mod:`litstore.format.fields`); a version may add more.
     fields: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("chunk_bytes", mode="before")
+    @classmethod
+    def _whole_chunk_bytes(cls, value: Any) -> Any:
+        # Plain int validation would take True as 1 and "65536" as 65536.
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+            raise ValueError(f"must be a whole number of bytes, got {value!r}")
+        return value
+
+    @field_validator("chunk_bytes")
+    @classmethod
+    def _chunk_fits(cls, value: int) -> int:
+        if value >= layout.CHUNK_SIZE_LIMIT:
+            raise ValueError(
+                f"must be below {layout.CHUNK_SIZE_LIMIT:,} bytes (litdata's chunk offsets are 32-bit), got {value:,}"
+            )
+        return value
 
     @model_validator(mode="after")
     def _supported(self) -> StoreConfig:

@@ -1,0 +1,91 @@
+"""A store's ``chunk_bytes`` is one a chunk can be written with: refused up front, and refused when read.
+
+litdata's chunk header holds 32-bit offsets, so the writer refuses a chunk of 4 GiB or
+more; a target at or above that limit could never fill a chunk. ``Store.create`` refuses
+it (and any ``chunk_bytes`` that is not a positive whole number) with
+``InvalidArgumentError``, and a store whose ``litstore.json`` a stranger edited to hold
+one opens with ``IntegrityError`` instead of failing at its first large write.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+import litstore
+from litstore.format import layout
+from tests.conftest import tree_state
+
+LIMIT = layout.CHUNK_SIZE_LIMIT
+
+
+def test_the_limit_is_the_one_the_writer_enforces() -> None:
+    assert LIMIT == 2**32  # litdata's chunk offsets are uint32
+
+
+@pytest.mark.parametrize("chunk_bytes", [LIMIT, LIMIT + 1, 5 * 2**30, 2**63])
+def test_create_refuses_chunk_bytes_at_or_above_the_limit(tmp_path: Path, chunk_bytes: int) -> None:
+    root = tmp_path / "store"
+    with pytest.raises(litstore.InvalidArgumentError) as raised:
+        litstore.Store.create(root, key="id", chunk_bytes=chunk_bytes)
+    message = str(raised.value)
+    assert "chunk_bytes" in message
+    assert f"{chunk_bytes:,}" in message, "the message names the value"
+    assert f"{LIMIT:,}" in message, "the message names the limit"
+    assert not root.exists() or not any(root.iterdir()), "nothing was written"
+
+
+@pytest.mark.parametrize("chunk_bytes", [True, "65536", 65536.0, 1.5, None])
+def test_create_refuses_chunk_bytes_that_is_not_a_whole_number(tmp_path: Path, chunk_bytes: Any) -> None:
+    with pytest.raises(litstore.InvalidArgumentError, match=r"chunk_bytes: .*whole number of bytes, got "):
+        litstore.Store.create(tmp_path / "store", key="id", chunk_bytes=chunk_bytes)
+
+
+@pytest.mark.parametrize("chunk_bytes", [0, -1])
+def test_create_refuses_chunk_bytes_that_is_not_positive(tmp_path: Path, chunk_bytes: int) -> None:
+    with pytest.raises(litstore.InvalidArgumentError, match=r"chunk_bytes: .*greater than 0"):
+        litstore.Store.create(tmp_path / "store", key="id", chunk_bytes=chunk_bytes)
+
+
+@pytest.mark.parametrize("chunk_bytes", [1, LIMIT - 1, np.int64(4096)])
+def test_create_takes_chunk_bytes_below_the_limit(tmp_path: Path, chunk_bytes: int) -> None:
+    store = litstore.Store.create(tmp_path / "store", key="id", chunk_bytes=chunk_bytes)
+    store.append([{"id": "a", "v": 1}, {"id": "b", "v": 2}])
+    reopened = litstore.open(tmp_path / "store")
+    assert reopened.config.chunk_bytes == int(chunk_bytes)
+    assert type(reopened.config.chunk_bytes) is int
+    assert reopened["b"]["v"] == 2
+
+
+def _edit_config(root: Path, **values: Any) -> None:
+    path = root / layout.CONFIG
+    document = json.loads(path.read_bytes())
+    document.update(values)
+    path.write_text(json.dumps(document))
+
+
+@pytest.mark.parametrize("chunk_bytes", [LIMIT, 2**40, 0, -5, True, "65536", 1.5])
+def test_a_config_on_disk_with_an_impossible_chunk_bytes_is_refused_on_open(tmp_path: Path, chunk_bytes: Any) -> None:
+    root = tmp_path / "store"
+    litstore.Store.create(root, key="id", chunk_bytes=4096).append([{"id": "a", "v": 1}])
+    _edit_config(root, chunk_bytes=chunk_bytes)
+    before = tree_state(root)
+    for opener in (litstore.open, litstore.Store.open):
+        with pytest.raises(litstore.IntegrityError, match=re.escape(f"{layout.CONFIG} is damaged: chunk_bytes: ")):
+            opener(root)
+    assert tree_state(root) == before, "opening changed nothing"
+
+
+def test_the_refusal_on_open_names_the_value_and_the_limit(tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    litstore.Store.create(root, key="id")
+    _edit_config(root, chunk_bytes=2**40)
+    with pytest.raises(litstore.IntegrityError) as raised:
+        litstore.open(root)
+    assert f"{2**40:,}" in str(raised.value)
+    assert f"{LIMIT:,}" in str(raised.value)
