@@ -22,6 +22,7 @@ import pyarrow as pa
 import pyarrow.compute
 import pyarrow.compute as pc
 
+from litstore.format import hashing
 from litstore.format.manifest import ChangeKind, chunk_codes, columns, delta_schema, empty, schema
 
 
@@ -157,16 +158,39 @@ def rows_for_keys(table: pa.Table, keys: pa.Array) -> pa.Table:
     return found.take(order).add_column(0, "position", where.take(order))
 
 
-def rows_in_chunks(table: pa.Table, chunks: Sequence[str]) -> pa.Table:
-    """The rows of ``table`` stored in any of ``chunks``, by chunk name and row (looked at as chunk numbers)."""
+def rows_in_chunks(table: pa.Table, chunks: Sequence[str], excluded: np.ndarray | None = None) -> pa.Table:
+    """The rows of ``table`` stored in any of ``chunks``, by chunk name and row (looked at as chunk numbers).
+
+    ``excluded``: a mask of rows to leave out even so (taking the rest once costs less than
+    taking them all and filtering).
+    """
     names, codes = chunk_codes(table.column("chunk"))
     wanted = set(chunks)
     selected = np.array([name in wanted for name in names], dtype=bool)
-    positions = np.flatnonzero(selected[codes]) if len(names) else np.empty(0, dtype=np.intp)
+    chosen = selected[codes] if len(names) else np.zeros(table.num_rows, dtype=bool)
+    positions = np.flatnonzero(chosen if excluded is None else chosen & ~excluded)
     rank = np.argsort(np.argsort(np.array(names, dtype=object))) if names else np.empty(0, dtype=np.intp)
     rows = table.column("row").to_numpy()[positions]
     order = positions[np.lexsort((rows, rank[codes[positions]]))]
+    if len(order) == table.num_rows and np.array_equal(order, np.arange(len(order))):
+        return table  # every row, already in order (a version's manifest usually is)
     return table.take(pa.array(order, pa.int64()))
+
+
+def key_mask(table: pa.Table, keys: Sequence[Any]) -> np.ndarray:
+    """Which rows of ``table`` (with ``key`` and ``key_hash`` columns) hold one of ``keys``.
+
+    Found by key hash first, so that a few keys against millions of rows compare only the
+    rows whose hash matches, not every key.
+    """
+    hashes = table.column("key_hash").to_numpy()
+    candidates = np.flatnonzero(np.isin(hashes, hashing.key_hashes(keys)))
+    mask = np.zeros(table.num_rows, dtype=bool)
+    if len(candidates):
+        found = table.column("key").take(pa.array(candidates))
+        wanted = pa.array(keys, found.type)
+        mask[candidates[pc.is_in(found, value_set=wanted).to_numpy(zero_copy_only=False)]] = True
+    return mask
 
 
 def diff(old: pa.Table, new: pa.Table) -> dict[str, pa.Table]:

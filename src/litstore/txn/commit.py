@@ -43,7 +43,7 @@ from litstore.read.groups import by_chunk
 from litstore.read.keyindex import KeyIndex
 from litstore.txn import claims, log
 from litstore.txn.plan import Mode, Plan, plan
-from litstore.txn.stage import Moved, StagedFragment, discard, stage
+from litstore.txn.stage import Moved, StagedFragment, discard, write_fragment
 
 if TYPE_CHECKING:
     from litstore.snapshot import Snapshot
@@ -142,26 +142,25 @@ def _relocate(head: Snapshot, current: Plan, progress: bool) -> tuple[Plan, Stag
     positions = np.flatnonzero(current.relocate)
     if not len(positions):
         return current, None
-    rows = current.rows.take(pa.array(positions))
+    rows = _taken(current.rows, positions)
     names, chunk_ids = manifest_format.chunk_codes(rows.column("chunk"))
     pieces, order = [], []
     for chunk_id, where, chunk_rows in by_chunk(chunk_ids, rows.column("row").to_numpy()):
         pieces.append(head.chunk_cache.items(names[chunk_id], chunk_rows))  # byte copies, read front to back
         order.append(where)
     read_order = np.concatenate(order)
-    positions, rows = positions[read_order], rows.take(pa.array(read_order))  # in the order the items were read
+    positions, rows = positions[read_order], _taken(rows, read_order)  # in the order the items were read
     moved = Moved(rows.select(["key", "key_hash", "content_hash", "split"]), pa.concat_arrays(pieces))
-    moves = stage(
+    moves, sources = write_fragment(
         head.storage, head.config, moved, progress, "moving records", current.chunk_bytes, fingerprinted=False
     )
-    # The stager lists rows in the order it wrote them: match them to the plan by key.
-    where = pc.index_in(rows.column("key"), value_set=moves.rows.column("key")).to_numpy(zero_copy_only=False)
+    landed = positions[sources]  # the plan's row that each row of the new fragment holds
     old_names, old_ids = manifest_format.chunk_codes(current.rows.column("chunk"))
     new_names, new_ids = manifest_format.chunk_codes(moves.rows.column("chunk"))
     ids = old_ids.astype(np.int64)
-    ids[positions] = new_ids[where] + len(old_names)
+    ids[landed] = new_ids + len(old_names)
     row_values = current.rows.column("row").to_numpy().copy()
-    row_values[positions] = moves.rows.column("row").to_numpy()[where]
+    row_values[landed] = moves.rows.column("row").to_numpy()
     used, ids = np.unique(ids, return_inverse=True)  # the dropped chunks leave the dictionary
     every_name = old_names + new_names
     chunk_column = pa.DictionaryArray.from_arrays(
@@ -182,6 +181,13 @@ def _relocate(head: Snapshot, current: Plan, progress: bool) -> tuple[Plan, Stag
         current.entering_fingerprint,
     )
     return relocated, moves
+
+
+def _taken(table: pa.Table, positions: np.ndarray) -> pa.Table:
+    """Rows ``positions`` of ``table``, in that order: ``table`` itself when that is every row in order."""
+    if len(positions) == table.num_rows and np.array_equal(positions, np.arange(len(positions))):
+        return table
+    return table.take(pa.array(positions))
 
 
 def publish(

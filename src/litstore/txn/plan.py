@@ -270,10 +270,7 @@ def _survivors(parent: Snapshot, dropped: frozenset[str], leaving: set[Any]) -> 
     fields = declared_fields(parent.config, parent.version)
     if not dropped:
         return held_schema(parent.config.key_type, fields).empty_table()
-    survivors = query.rows_in_chunks(parent.manifest(), sorted(dropped))
-    if leaving:
-        staying = pc.invert(
-            pc.is_in(survivors.column("key"), pa.array(list(leaving), survivors.schema.field("key").type))
-        )
-        survivors = survivors.filter(staying)
+    manifest = parent.manifest()
+    excluded = query.key_mask(manifest, list(leaving)) if leaving else None
+    survivors = query.rows_in_chunks(manifest, sorted(dropped), excluded)
     return survivors.select(columns(fields)).cast(held_schema(parent.config.key_type, fields))

@@ -99,6 +99,23 @@ def stage(
     Raises:
         IntegrityError: the written chunks do not hold every record exactly once.
     """
+    return write_fragment(storage, config, runs, progress, description, chunk_bytes, fingerprinted)[0]
+
+
+def write_fragment(
+    storage: Storage,
+    config: StoreConfig,
+    runs: Batch | Moved | Iterable[Batch],
+    progress: bool = False,
+    description: str = "writing records",
+    chunk_bytes: int | None = None,
+    fingerprinted: bool = True,
+) -> tuple[StagedFragment, np.ndarray]:
+    """:func:`stage`, and where each of the fragment's rows came from: row ``i`` holds record ``sources[i]``
+    of the input (the runs' records numbered one after another).
+
+    For moves, which must find each record's new place without matching millions of keys.
+    """
     transaction = layout.new_transaction()
     prefix = layout.fragment(transaction)
     key_type = manifest_format.schema(config.key_type).field("key").type
@@ -110,6 +127,8 @@ def stage(
         with storage.staging(prefix) as directory:
             runs_seen = 0
             fingerprint = 0
+            taken_from: list[tuple[str, np.ndarray]] = []  # (split, input positions) in the order written
+            offset = 0
             for run in [runs] if isinstance(runs, (Batch, Moved)) else runs:
                 runs_seen += 1
                 run_rows, splits = _rows_of(run, key_type)
@@ -134,7 +153,9 @@ def stage(
                         pa.array(np.zeros(len(order), np.int32)), pa.array([split], pa.string())
                     ).cast(pa.string())
                     written.append(run_rows.take(taken).add_column(3, "split", split_column))
+                    taken_from.append((split, order + offset))
                     bar.update(len(order))
+                offset += run_rows.num_rows
             chunks = {split: tuple(writer.close()) for split, writer in sorted(writers.items())}
             _release_freed()
             rows = _locate(written, chunks, config.key_type)
@@ -148,7 +169,10 @@ def stage(
         raise
     finally:
         bar.close()
-    return StagedFragment(transaction, chunks, rows, hashing.fingerprint_hex(fingerprint))
+    fragment = StagedFragment(transaction, chunks, rows, hashing.fingerprint_hex(fingerprint))
+    # _locate lays the splits out in name order, each split's runs in the order they came.
+    sources = [positions for split in sorted(chunks) for name, positions in taken_from if name == split]
+    return fragment, np.concatenate(sources) if sources else np.empty(0, dtype=np.intp)
 
 
 def _release_freed() -> None:
