@@ -89,7 +89,7 @@ def touched_rows(storage: Storage, config: StoreConfig, old: Version, new: Versi
     if between is None:
         return None
     paths, announced = between
-    chain, checkpoint = _chain(storage, low, names) if paths else ([], None)
+    chain, checkpoint = log.manifest_chain(storage, low, names) if paths else ([], None)
     low_chain: list[tuple[str, Sequence[str]]] = [(path, _DELTA_COLUMNS) for path in chain]
     if checkpoint is not None:
         low_chain.append((checkpoint, DIFF_COLUMNS))
@@ -182,22 +182,6 @@ def _deltas_between(
     if checkpoint_bytes is not None and instead_bytes > _DELTA_BYTES_RATIO * checkpoint_bytes:
         return None
     return paths, announced
-
-
-def _chain(storage: Storage, version: Version, names: set[str]) -> tuple[list[str], str | None]:
-    """The files ``version``'s manifest is composed of: its deltas (newest first) down to its checkpoint, if any."""
-    deltas: list[str] = []
-    current = version
-    while current.number > 0:
-        checkpoint = log.checkpoint_of(current, names)
-        if checkpoint is not None:
-            return deltas, checkpoint
-        if current.manifest is not None:
-            deltas.append(current.manifest)
-        if current.number == 1:
-            break
-        current = log.read_version(storage, current.number - 1)
-    return deltas, None
 
 
 def _with_keys(table: pa.Table, keys: pa.Array) -> pa.Table:

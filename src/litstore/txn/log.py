@@ -125,25 +125,33 @@ def compose_manifest(storage: Storage, config: StoreConfig, number: int) -> pa.T
     """The manifest of version ``number``: the newest checkpoint at or below it, then deltas."""
     from litstore import query
 
-    checkpoints = set(storage.names(layout.MANIFESTS))
-    pending: list[str] = []
-    checkpoint = None
+    if number <= 0:
+        return query.compose(config.key_type, None, [], config.fields)
+    version = read_version(storage, number)
     # The declared fields of the target version: every file of its chain has them, because
     # add_fields writes a checkpoint, where the chain of every later version stops.
-    fields: dict[str, str] | None = None
-    while number > 0:
-        version = read_version(storage, number)
-        fields = declared_fields(config, version) if fields is None else fields
-        path = checkpoint_of(version, checkpoints)
-        if path is not None:
-            checkpoint = read_manifest_file(storage, config, path, delta=False, fields=fields)
-            break
-        if version.manifest is not None:
-            pending.append(version.manifest)
-        number -= 1
-    fields = config.fields if fields is None else fields
+    fields = declared_fields(config, version)
+    pending, path = manifest_chain(storage, version, set(storage.names(layout.MANIFESTS)))
+    checkpoint = None if path is None else read_manifest_file(storage, config, path, delta=False, fields=fields)
     deltas = [read_manifest_file(storage, config, path, delta=True, fields=fields) for path in reversed(pending)]
     return query.compose(config.key_type, checkpoint, deltas, fields)
+
+
+def manifest_chain(storage: Storage, version: Version, checkpoints: set[str]) -> tuple[list[str], str | None]:
+    """The files ``version``'s manifest is composed of: its deltas, newest first, down to the newest
+    checkpoint at or below it (``None``: none; ``checkpoints`` are the names in the manifests directory)."""
+    deltas: list[str] = []
+    current = version
+    while current.number > 0:
+        checkpoint = checkpoint_of(current, checkpoints)
+        if checkpoint is not None:
+            return deltas, checkpoint
+        if current.manifest is not None:
+            deltas.append(current.manifest)
+        if current.number == 1:
+            break
+        current = read_version(storage, current.number - 1)
+    return deltas, None
 
 
 def write_checkpoint(storage: Storage, config: StoreConfig, version: Version, full: pa.Table | None = None) -> str:
