@@ -52,3 +52,23 @@ def test_a_format_1_store_reads_and_keeps_writing_format_1(tmp_path: Path) -> No
     assert "k8" not in reopened
     assert reopened.verify().ok
     assert reopened.diff(1).removed.column("key").to_pylist() == ["k8"]
+
+
+def test_a_format_1_store_whose_key_hashes_lie_is_read_by_its_keys(tmp_path: Path) -> None:
+    """Every stored key hash replaced by another key's: readers derive hashes from the keys, so
+    lookups, upserts (which find the rows they replace by key hash) and verify go by the keys."""
+    root = tmp_path / "s"
+    litstore.Store.create(root, key="id", chunk_bytes=256).append([{"id": f"k{i}", "v": i} for i in range(50)])
+    _as_format_1(root)
+    for path in (root / "manifests").glob("*.parquet"):
+        table = pq.read_table(path)
+        lying = hashing.key_hashes([f"k{(i + 1) % 50}" for i in range(50)])
+        pq.write_table(table.set_column(1, "key_hash", pa.array(lying, pa.uint64())), path)
+    store = litstore.open(root)
+    assert store["k7"] == {"id": "k7", "v": 7}
+    store.upsert([{"id": "k7", "v": 70}])
+    store.delete(["k8"])
+    reopened = litstore.open(root)
+    assert sorted(reopened.keys()) == sorted(f"k{i}" for i in range(50) if i != 8)
+    assert reopened.get_many(["k7", "k9"]) == [{"id": "k7", "v": 70}, {"id": "k9", "v": 9}]
+    assert reopened.verify().ok

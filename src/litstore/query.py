@@ -41,21 +41,44 @@ def compose(
     names = columns(fields)
     target = schema(key_type, fields)
     newest: list[pa.Table] = []
-    mentioned: pa.Array | None = None
+    mentioned: tuple[pa.Array, pa.Array] | None = None  # the keys of newer deltas, and their key hashes
     for delta in reversed(deltas):
         delta = delta.cast(delta_schema(key_type, fields))
         if mentioned is not None:
-            delta = delta.filter(pc.invert(pc.is_in(delta.column("key"), value_set=mentioned)))
+            delta = _without_keys(delta, *mentioned)
         newest.append(delta)
-        keys = delta.column("key").combine_chunks()
-        mentioned = keys if mentioned is None else pa.concat_arrays([mentioned, keys])
+        keys, hashes = delta.column("key").combine_chunks(), delta.column("key_hash").combine_chunks()
+        if mentioned is not None:
+            keys, hashes = pa.concat_arrays([mentioned[0], keys]), pa.concat_arrays([mentioned[1], hashes])
+        mentioned = (keys, hashes)
     parts = [_live_rows(delta).select(names).cast(target) for delta in reversed(newest)]
     if checkpoint is not None:
         base = checkpoint.select(names).cast(target)
-        if mentioned is not None and len(mentioned):
-            base = base.filter(pc.invert(pc.is_in(base.column("key"), value_set=mentioned)))
+        if mentioned is not None and len(mentioned[0]):
+            base = _without_keys(base, *mentioned)
         parts.insert(0, base)
     return pa.concat_tables(parts) if parts else empty(key_type, fields)
+
+
+def _without_keys(table: pa.Table, keys: pa.Array, hashes: pa.Array) -> pa.Table:
+    """``table`` without its rows whose key is one of ``keys`` (whose key hashes are ``hashes``).
+
+    Rows are looked for by key hash first (a set of integers), and keys are compared only
+    for rows whose hash matches: deltas of appends mention no key twice, so composing
+    them compares no strings at all.
+    """
+    hit = pc.is_in(table.column("key_hash"), value_set=hashes).to_numpy()
+    positions = np.flatnonzero(hit)
+    if not len(positions):
+        return table
+    candidates = table.column("key").take(pa.array(positions))
+    possible = keys.filter(pc.is_in(hashes, value_set=table.column("key_hash").take(pa.array(positions))))
+    gone = pc.is_in(candidates, value_set=possible).to_numpy()
+    if not gone.any():
+        return table
+    keep = np.ones(table.num_rows, dtype=bool)
+    keep[positions[gone]] = False
+    return table.filter(pa.array(keep))
 
 
 def _live_rows(delta: pa.Table) -> pa.Table:

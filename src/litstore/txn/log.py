@@ -93,9 +93,8 @@ def read_manifest_file(
 ) -> pa.Table:
     """A manifest delta (``delta=True``) or checkpoint with the declared ``fields``, its chunk names checked.
 
-    Key hashes are not checked here: lookups rely on them, and
-    :class:`~litstore.read.keyindex.KeyIndex` checks them when it is built, so plain
-    reads (diff, sql, verify, which reports such rows) need not pay for it.
+    Key hashes are derived from the keys, never read from the file (see
+    :mod:`litstore.format.manifest`).
 
     Raises:
         IntegrityError: the file is damaged or names a chunk outside the layout.
