@@ -21,3 +21,18 @@ def test_column_hashes_equal_the_per_key_ones(keys: list[str] | list[int], data:
     split = len(keys) // 2
     chunked = pa.chunked_array([column.slice(0, split), column.slice(split)])
     assert hashing.key_hash_array(chunked).tolist() == hashing.key_hashes(keys).tolist()
+
+
+def test_column_hashes_of_more_keys_than_one_slice() -> None:
+    keys = [f"key-{i}-é" for i in range(70_001)]  # past key_hash_array's slice of 65,536 rows, non-ASCII
+    column = pa.array(keys, pa.string())
+    assert hashing.key_hash_array(column).tolist() == hashing.key_hashes(keys).tolist()
+    assert hashing.key_hash_array(column.slice(3)).tolist() == hashing.key_hashes(keys[3:]).tolist()
+
+
+@given(st.lists(st.binary(max_size=600), max_size=30), st.integers(0, 3), st.sampled_from([0, 4]))
+def test_content_hashes_are_the_per_item_ones(items: list[bytes], start: int, skip: int) -> None:
+    """Both ways of hashing a column (bytes from Arrow for small items, buffer slices otherwise), on a sliced column."""
+    column = pa.array([b"\0" * skip + item for item in items], pa.large_binary()).slice(min(start, len(items)))
+    expected = [hashing.content_hash(item) for item in items[min(start, len(items)) :]]
+    assert hashing.content_hashes(column, skip=skip) == expected

@@ -134,36 +134,50 @@ def content_hashes(encodings: pa.LargeBinaryArray, skip: int = 0) -> list[bytes]
     ``skip=4`` hashes framed items (:func:`~litstore.format.columnar.encode_table`
     with ``sized``) without their length prefix.
     """
-    data = memoryview(encodings.buffers()[2] or b"")
     offsets = columnar.value_offsets(encodings)
+    if not skip and len(encodings) and int(offsets[-1] - offsets[0]) < _SMALL_ITEM * len(encodings):
+        # Small items (fingerprint pairs, small records): bytes made by Arrow cost less than
+        # slicing the buffer from Python (2-3x below ~500 bytes an item; a copy each above).
+        digests: list[bytes] = []
+        for start in range(0, len(encodings), _HASH_SLICE):
+            digests += map(xxhash.xxh3_128_digest, encodings.slice(start, _HASH_SLICE).to_pylist())
+        return digests
+    data = memoryview(encodings.buffers()[2] or b"")
     spans = map(slice, (offsets[:-1] + skip).tolist(), offsets[1:].tolist())
     return list(map(xxhash.xxh3_128_digest, map(data.__getitem__, spans)))
+
+
+#: Average item size below which :func:`content_hashes` hashes ``bytes`` made by Arrow.
+_SMALL_ITEM = 256
 
 
 def key_hash_array(keys: pa.Array | pa.ChunkedArray) -> np.ndarray:
     """``key_hash`` of each key of an Arrow ``string`` or ``int64`` column, as a uint64 array.
 
-    Hashes the keys' bytes where Arrow holds them (UTF-8 text, or 8 little-endian bytes
-    per int), without making a Python object per key.
+    Hashes the keys' bytes as Arrow holds them (UTF-8 text, or 8 little-endian bytes
+    per int). Text keys are handed to xxhash as ``bytes`` that Arrow makes, a slice of
+    rows at a time: twice as fast as slicing its buffer from Python, in bounded memory.
     """
     chunks = keys.chunks if isinstance(keys, pa.ChunkedArray) else [keys]
     parts = [np.empty(0, np.uint64)]
-    data: memoryview
+    digest = xxhash.xxh3_64_intdigest
     for chunk in chunks:
         if chunk.null_count:
             raise ValueError("a key column with nulls")
         if pa.types.is_integer(chunk.type):
             data = memoryview(np.asarray(chunk.cast(pa.int64()).to_numpy(), dtype="<i8").tobytes())
-            ends = np.arange(0, 8 * len(chunk) + 1, 8, dtype=np.int64)
-        else:
-            chunk = chunk.cast(pa.large_string())
-            data = memoryview(chunk.buffers()[2] or b"")
-            ends = columnar.value_offsets(chunk)
-        spans = map(slice, ends[:-1].tolist(), ends[1:].tolist())
-        parts.append(
-            np.fromiter(map(xxhash.xxh3_64_intdigest, map(data.__getitem__, spans)), dtype=np.uint64, count=len(chunk))
-        )
+            spans = map(slice, range(0, 8 * len(chunk), 8), range(8, 8 * len(chunk) + 8, 8))
+            parts.append(np.fromiter(map(digest, map(data.__getitem__, spans)), dtype=np.uint64, count=len(chunk)))
+            continue
+        binary = chunk.cast(pa.large_binary())
+        for start in range(0, len(binary), _HASH_SLICE):
+            texts = binary.slice(start, _HASH_SLICE).to_pylist()
+            parts.append(np.fromiter(map(digest, texts), dtype=np.uint64, count=len(texts)))
     return np.concatenate(parts)
+
+
+#: Rows of a text key column turned into ``bytes`` at once by :func:`key_hash_array`.
+_HASH_SLICE = 1 << 16
 
 
 def fingerprint_of(keys: pa.Array | pa.ChunkedArray, contents: pa.Array | pa.ChunkedArray) -> int:
