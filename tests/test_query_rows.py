@@ -102,3 +102,61 @@ def test_rows_in_chunks_leaves_out_the_excluded_rows(table: pa.Table, chunks: li
     left_out = set(np.array(table.column("key").to_pylist(), dtype=object)[excluded].tolist())
     assert found.column("key").to_pylist() == [key for key in whole.column("key").to_pylist() if key not in left_out]
     assert found.schema == table.schema
+
+
+_CHANGES = ["added", "replaced", "deleted", "moved"]
+_deltas = st.lists(
+    st.lists(st.tuples(st.integers(0, 12), st.sampled_from(_CHANGES), st.integers(0, 99)), max_size=10), max_size=5
+)
+
+
+def _manifest_table(rows: list[tuple[int, str, int]], version: int | None, colliding: bool) -> pa.Table:
+    """Rows ``(key number, change, row)``; key hashes true, or all alike but for two values if ``colliding``."""
+    keys = [f"k{number}" for number, _, _ in rows]
+    hashes = [number % 2 for number, _, _ in rows] if colliding else hashing.key_hashes(keys).tolist()
+    columns = {
+        "key": pa.array(keys, pa.string()),
+        "key_hash": pa.array(hashes, pa.uint64()),
+        "content_hash": pa.array([bytes([number, row]) * 8 for number, _, row in rows], pa.binary(16)),
+        "split": pa.array(["train"] * len(rows), pa.string()),
+        "chunk": pa.array([f"fragments/{version}/c.bin"] * len(rows), pa.string()),
+        "row": pa.array([row for _, _, row in rows], pa.uint32()),
+    }
+    if version is not None:
+        columns["change"] = pa.array([change for _, change, _ in rows], pa.string())
+        columns["version"] = pa.array([version] * len(rows), pa.int64())
+    return pa.table(columns)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    base=st.lists(st.integers(0, 12), unique=True, max_size=12),
+    deltas=_deltas,
+    colliding=st.booleans(),
+)
+def test_compose_takes_each_key_from_the_newest_delta_that_mentions_it(
+    base: list[int], deltas: list[list[tuple[int, str, int]]], colliding: bool
+) -> None:
+    """Against the rule spelled out, with key hashes true or colliding (every key one of two hashes)."""
+    checkpoint = _manifest_table([(number, "added", 0) for number in base], None, colliding)
+    tables = [_manifest_table(rows, version, colliding) for version, rows in enumerate(deltas, 1)]
+    composed = query.compose("str", checkpoint, tables)
+
+    expected: list[tuple[str, bytes, int]] = []
+    decided: set[int] = set()
+    for rows in reversed(deltas):
+        mentioned = {number for number, _, _ in rows} - decided
+        expected += [
+            (f"k{number}", bytes([number, row]) * 8, row)
+            for number, change, row in rows
+            if number in mentioned and change != "deleted"
+        ]
+        decided |= mentioned
+    expected += [(f"k{number}", bytes([number, 0]) * 8, 0) for number in base if number not in decided]
+    got = zip(
+        composed.column("key").to_pylist(),
+        composed.column("content_hash").to_pylist(),
+        composed.column("row").to_pylist(),
+        strict=True,
+    )
+    assert sorted(got) == sorted(expected)

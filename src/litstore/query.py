@@ -63,17 +63,29 @@ def compose(
 def _without_keys(table: pa.Table, keys: pa.Array, hashes: pa.Array) -> pa.Table:
     """``table`` without its rows whose key is one of ``keys`` (whose key hashes are ``hashes``).
 
-    Rows are looked for by key hash first (a set of integers), and keys are compared only
-    for rows whose hash matches: deltas of appends mention no key twice, so composing
-    them compares no strings at all.
+    Matched by key hash (integers), then each matched row's key compared with the one key
+    it matched: no hash table of strings, whether few rows match (appends) or nearly all
+    (a rewrite that moved every record). Key hashes are derived from keys when files are
+    read, so equal keys have equal hashes; a hash two of ``keys`` share is settled by
+    comparing with all of them.
     """
-    hit = pc.is_in(table.column("key_hash"), value_set=hashes).to_numpy()
-    positions = np.flatnonzero(hit)
+    where = pc.index_in(table.column("key_hash"), value_set=hashes)  # the first of keys with the row's hash
+    positions = np.flatnonzero(where.is_valid().to_numpy(zero_copy_only=False))
     if not len(positions):
         return table
-    candidates = table.column("key").take(pa.array(positions))
-    possible = keys.filter(pc.is_in(hashes, value_set=table.column("key_hash").take(pa.array(positions))))
-    gone = pc.is_in(candidates, value_set=possible).to_numpy()
+    taken = pa.array(positions)
+    candidates = table.column("key").take(taken)
+    partners = keys.take(where.take(taken))
+    gone = pc.equal(candidates, partners).to_numpy(zero_copy_only=False)
+    mentioned = hashes.to_numpy()
+    ordered = np.sort(mentioned)
+    shared = ordered[1:][ordered[1:] == ordered[:-1]]  # hashes that more than one of keys have
+    if len(shared):
+        unsure = np.flatnonzero(~gone & np.isin(table.column("key_hash").to_numpy()[positions], shared))
+        if len(unsure):
+            alike = keys.filter(pa.array(np.isin(mentioned, shared)))
+            found = pc.is_in(candidates.take(pa.array(unsure)), value_set=alike).to_numpy(zero_copy_only=False)
+            gone[unsure[found]] = True
     if not gone.any():
         return table
     keep = np.ones(table.num_rows, dtype=bool)
