@@ -43,6 +43,7 @@ from litstore.read.keyindex import KeyIndex
 from litstore.read.manifests import ManifestCache
 from litstore.storage import Storage
 from litstore.txn import log
+from litstore.txn.stage import release_freed
 
 if TYPE_CHECKING:
     import pandas
@@ -352,6 +353,7 @@ class Snapshot:
                     cached = self._composed()
                 else:
                     cached = log.compose_manifest(self._storage, self._config, self._version.number)
+                release_freed()  # composing a large manifest leaves hundreds of MiB freed in Arrow's pool
                 self._manifests.put(key, cached)
             self._composed = None  # what it held (the parent's manifest) is no longer needed
             self._manifest = cached
@@ -661,6 +663,7 @@ class Snapshot:
     def _key_index(self) -> KeyIndex:
         if self._index is None:
             self._index = KeyIndex.from_manifest(self.manifest())
+            release_freed()
         return self._index
 
     def _find(self, key: object) -> Record | None:

@@ -148,7 +148,7 @@ def write_fragment(
                         )
                     taken = pa.array(order, pa.int64())
                     writer.add_items(run.items.take(taken))
-                    _release_freed()
+                    release_freed()
                     split_column = pa.DictionaryArray.from_arrays(
                         pa.array(np.zeros(len(order), np.int32)), pa.array([split], pa.string())
                     ).cast(pa.string())
@@ -157,7 +157,7 @@ def write_fragment(
                     bar.update(len(order))
                 offset += run_rows.num_rows
             chunks = {split: tuple(writer.close()) for split, writer in sorted(writers.items())}
-            _release_freed()
+            release_freed()
             rows = _locate(written, chunks, config.key_type)
             if runs_seen > 1:  # within a run the input was checked already
                 twice = query.duplicate_keys(rows, hashes_are_true=True)
@@ -175,7 +175,7 @@ def write_fragment(
     return fragment, np.concatenate(sources) if sources else np.empty(0, dtype=np.intp)
 
 
-def _release_freed() -> None:
+def release_freed() -> None:
     """Hand the memory Arrow has freed back to the system, so a long write stays within its bounds.
 
     Arrow's allocator keeps freed blocks for reuse; a stream of runs, each copied
