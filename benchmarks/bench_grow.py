@@ -13,6 +13,9 @@ records, page cache warm:
 - ``append``: ``--ops`` new keys. Target (litstore's own, not an issue's): the large
   store's append at most 3x the small store's, i.e. an append costs what it adds, not
   the size of the store.
+- ``first lookup``: a fresh process opens the store and reads one key (imports not
+  counted), with its peak resident memory: litstore composes the manifest and builds
+  its key index; Lance scans the ``id`` column with a filter. Shown for information.
 - ``upsert`` / ``delete``: ``--ops`` random existing keys. Shown for information: a
   change copies every record that shares a chunk with a changed one (litdata cannot
   express holes in a chunk), and random keys touch nearly every chunk; Lance marks
@@ -62,7 +65,7 @@ def build(root: Path, n: int) -> tuple[Any, Any]:
     return store, uri
 
 
-def median_ms(action: Callable[[int], None], repeats: int) -> float:
+def median_ms(action: Callable[[int], object], repeats: int) -> float:
     times = []
     for number in range(repeats):
         started = time.perf_counter()
@@ -110,6 +113,35 @@ def measure(store: Any, uri: str, n: int, ops: int, repeats: int, rng: np.random
     return figures
 
 
+_FIRST_LOOKUP = """
+import json, sys, time
+kind, where, key = sys.argv[1:]
+if kind == "litstore":
+    import litstore
+    started = time.perf_counter()
+    record = litstore.open(where)[key]
+else:
+    import lance
+    started = time.perf_counter()
+    record = lance.dataset(where).to_table(filter=f"id = '{key}'").to_pylist()[0]
+seconds = time.perf_counter() - started
+assert record["id"] == key, record
+status = open("/proc/self/status").read()
+print(json.dumps({"seconds": seconds, "peak_mib": int(status.split("VmHWM:")[1].split()[0]) / 1024}))
+"""
+
+
+def first_lookup(kind: str, where: str, key: str) -> dict[str, float]:
+    """Seconds (imports apart) and peak resident MiB of a fresh process that opens the store and reads one key."""
+    import json
+    import subprocess
+
+    done = subprocess.run(
+        [sys.executable, "-c", _FIRST_LOOKUP, kind, where, key], check=True, capture_output=True, text=True
+    )
+    return dict(json.loads(done.stdout.strip().splitlines()[-1]))
+
+
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--n", type=int, default=2_000_000, help="records in the large store (default 2,000,000)")
@@ -138,7 +170,13 @@ def main(argv: Sequence[str]) -> int:
             store, uri = build(base / f"n{size}", size)
             rng = np.random.default_rng(size)
             results[size] = measure(store, uri, size, args.ops, args.repeats, rng)
-            print(f"  {size:,} records: " + ", ".join(f"{k} {v:.1f} ms" for k, v in results[size].items()), flush=True)
+            key = f"id-{size // 2:09d}"  # an original record: no write above changed it
+            for kind, where in (("litstore", str(store.root)), ("lance", uri)):
+                looked = first_lookup(kind, where, key)
+                results[size][f"{kind} first lookup"] = looked["seconds"] * 1e3
+                results[size][f"{kind} first lookup peak"] = looked["peak_mib"]
+            shown = [f"{k} {v:.1f} {'MiB' if k.endswith('peak') else 'ms'}" for k, v in results[size].items()]
+            print(f"  {size:,} records: " + ", ".join(shown), flush=True)
     small, large = results[args.small], results[args.n]
     rows = []
     for operation in ("append", "upsert", "delete"):
@@ -155,6 +193,19 @@ def main(argv: Sequence[str]) -> int:
                 verdict(scaling <= APPEND_SCALING_MAX) if judged else "-",
             ]
         )
+    ours, theirs = large["litstore first lookup"], large["lance first lookup"]
+    rows.append(
+        [
+            "first lookup of a key, fresh process",
+            f"{ours:,.0f} ms, peak {large['litstore first lookup peak']:,.0f} MiB on {args.n:,} "
+            f"({small['litstore first lookup']:,.0f} ms on {args.small:,})",
+            f"{theirs:,.0f} ms, peak {large['lance first lookup peak']:,.0f} MiB on {args.n:,} "
+            f"({small['lance first lookup']:,.0f} ms on {args.small:,})",
+            f"{ours / small['litstore first lookup']:.2f}x",
+            "(info)",
+            "-",
+        ]
+    )
     print()
     print_table(["operation", "litstore", "lance", "litstore large/small", "target", "result"], rows)
     failed = any(row[-1] == "FAIL" for row in rows)
