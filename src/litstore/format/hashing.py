@@ -135,9 +135,11 @@ def content_hashes(encodings: pa.LargeBinaryArray, skip: int = 0) -> list[bytes]
     with ``sized``) without their length prefix.
     """
     offsets = columnar.value_offsets(encodings)
-    if not skip and len(encodings) and int(offsets[-1] - offsets[0]) < _SMALL_ITEM * len(encodings):
+    if len(encodings) and int(offsets[-1] - offsets[0]) < (_SMALL_ITEM + skip) * len(encodings):
         # Small items (fingerprint pairs, small records): bytes made by Arrow cost less than
         # slicing the buffer from Python (2-3x below ~500 bytes an item; a copy each above).
+        if skip:
+            encodings = pc.binary_slice(encodings, skip, 2**40)  # one copy without the prefixes, in C
         digests: list[bytes] = []
         for start in range(0, len(encodings), _HASH_SLICE):
             digests += map(xxhash.xxh3_128_digest, encodings.slice(start, _HASH_SLICE).to_pylist())
