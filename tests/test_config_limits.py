@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -89,3 +90,62 @@ def test_the_refusal_on_open_names_the_value_and_the_limit(tmp_path: Path) -> No
         litstore.open(root)
     assert f"{2**40:,}" in str(raised.value)
     assert f"{LIMIT:,}" in str(raised.value)
+
+
+def _edited_config(tmp_path: Path, edit: Callable[[dict[str, Any]], None]) -> str:
+    root = str(tmp_path / "s")
+    litstore.Store.create(root, splits=litstore.HashSplit(train=0.5, val=0.5), chunk_bytes=4096).append(
+        [{"id": f"k{i}"} for i in range(4)]
+    )
+    path = Path(root) / layout.CONFIG
+    config = json.loads(path.read_text())
+    edit(config)
+    path.write_text(json.dumps(config))
+    return root
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("checkpoint_interval", True),
+        ("checkpoint_interval", "64"),
+        ("checkpoint_interval", 64.0),
+        ("format_version", True),
+        ("format_version", False),
+        ("format_version", 0),
+        ("format_version", -1),
+        ("format_version", "2"),
+    ],
+    ids=repr,
+)
+def test_a_config_with_an_odd_whole_number_is_damaged(tmp_path: Path, field: str, value: Any) -> None:
+    """Lax parsing took True as 1, "64" as 64, and a format version of 0 or less as format 1."""
+    root = _edited_config(tmp_path, lambda config: config.__setitem__(field, value))
+    with pytest.raises(litstore.IntegrityError, match=f"{layout.CONFIG}.*{field}"):
+        litstore.open(root)
+
+
+@pytest.mark.parametrize("value", [True, "1"], ids=repr)
+def test_a_config_with_an_odd_split_fraction_is_damaged(tmp_path: Path, value: Any) -> None:
+    root = _edited_config(
+        tmp_path, lambda config: config.__setitem__("splits", {"kind": "hash", "fractions": {"train": value}})
+    )
+    with pytest.raises(litstore.IntegrityError, match=layout.CONFIG):
+        litstore.open(root)
+
+
+@pytest.mark.parametrize("value", [True, "64", 1.5], ids=repr)
+def test_create_refuses_an_odd_checkpoint_interval(tmp_path: Path, value: Any) -> None:
+    with pytest.raises(litstore.InvalidArgumentError, match="checkpoint_interval"):
+        litstore.Store.create(str(tmp_path / "s"), checkpoint_interval=value)
+    assert not (tmp_path / "s").exists()
+
+
+def test_a_whole_fraction_and_numpy_whole_numbers_are_still_taken(tmp_path: Path) -> None:
+    store = litstore.Store.create(
+        str(tmp_path / "s"),
+        splits=litstore.HashSplit(train=1),
+        checkpoint_interval=np.int64(8),  # type: ignore[arg-type]
+    )
+    assert store.config.checkpoint_interval == 8
+    assert store.config.splits == litstore.HashSplit(train=1.0)

@@ -11,6 +11,8 @@ itself still pickles.
 from __future__ import annotations
 
 import concurrent.futures
+import ctypes
+import errno
 import multiprocessing
 import pickle
 import re
@@ -204,3 +206,54 @@ def test_an_error_raised_in_a_worker_process_reaches_the_caller() -> None:
             pool.submit(_raise_unsupported).result()
     assert str(raised.value) == "meta.callback: values of type function cannot be stored"
     assert (raised.value.path, raised.value.value) == ("meta.callback", None)
+
+
+class _RefusesPickle:
+    """An object whose pickling raises ValueError (as a ctypes pointer's does), not TypeError."""
+
+    def __reduce__(self) -> Any:
+        raise ValueError("not picklable")
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: errors.UnsupportedValueError("x", ctypes.pointer(ctypes.c_int(1))),
+        lambda: errors.IngestError("fn failed on input 0", 0, ctypes.pointer(ctypes.c_int(1))),
+        lambda: errors.UnsupportedValueError("x", _RefusesPickle()),
+    ],
+    ids=["ctypes-value", "ctypes-input", "reduce-raises-valueerror"],
+)
+def test_an_attribute_pickle_refuses_with_any_exception_comes_back_as_none(make: Callable[[], Any]) -> None:
+    error = make()
+    copy = pickle.loads(pickle.dumps(error, pickle.HIGHEST_PROTOCOL))
+    assert type(copy) is type(error) and str(copy) == str(error)
+    assert getattr(copy, "value", getattr(copy, "input", "absent")) is None
+
+
+def test_built_in_attributes_outside_the_instance_dict_survive() -> None:
+    missing = errors.MissingFileError(errno.ENOENT, "No such file", "versions/3.json")
+    copy = pickle.loads(pickle.dumps(missing, pickle.HIGHEST_PROTOCOL))
+    assert (copy.errno, copy.strerror, copy.filename) == (errno.ENOENT, "No such file", "versions/3.json")
+    assert str(copy) == str(missing)
+    dependency = errors.MissingDependencyError("install pandas", name="pandas")
+    assert pickle.loads(pickle.dumps(dependency, pickle.HIGHEST_PROTOCOL)).name == "pandas"
+
+
+class _CountsPickling:
+    calls = 0
+
+    def __reduce__(self) -> Any:
+        type(self).calls += 1
+        return (_CountsPickling, ())
+
+
+def test_nested_errors_pickle_their_innermost_value_a_fixed_number_of_times() -> None:
+    """Checking each attribute by pickling it used to pickle the innermost one 2**depth times."""
+    error: Any = _CountsPickling()
+    for level in range(24):
+        error = errors.IngestError(f"fn failed on input {level}", level, error)
+    _CountsPickling.calls = 0
+    copy = pickle.loads(pickle.dumps(error, pickle.HIGHEST_PROTOCOL))
+    assert _CountsPickling.calls <= 2
+    assert copy.position == 23 and copy.input.position == 22

@@ -60,8 +60,22 @@ class LitstoreError(Exception):
     """
 
     def __reduce__(self) -> tuple[Any, ...]:
-        state = {name: value if _picklable(value) else None for name, value in vars(self).items()}
+        state = {name: value if picklable(value) else None for name, value in vars(self).items()}
+        for base, names in _BUILT_IN_ATTRIBUTES:  # kept by the built-in base, outside __dict__
+            if isinstance(self, base):
+                state.update((name, getattr(self, name)) for name in names if getattr(self, name) is not None)
         return (_rebuild, (type(self), self.args), state)
+
+    def __setstate__(self, state: dict[str, Any] | None) -> None:
+        for name, value in (state or {}).items():
+            setattr(self, name, value)
+
+
+#: Attributes that built-in bases of litstore errors hold outside the instance ``__dict__``.
+_BUILT_IN_ATTRIBUTES: tuple[tuple[type[BaseException], tuple[str, ...]], ...] = (
+    (OSError, ("errno", "strerror", "filename", "filename2")),
+    (ImportError, ("name", "path")),
+)
 
 
 def _rebuild(cls: type[LitstoreError], args: tuple[Any, ...]) -> LitstoreError:
@@ -71,10 +85,17 @@ def _rebuild(cls: type[LitstoreError], args: tuple[Any, ...]) -> LitstoreError:
     return error
 
 
-def _picklable(value: Any) -> bool:
+def picklable(value: Any) -> bool:
+    """Whether ``value`` can be pickled (to cross to another process).
+
+    A litstore error always can (it leaves out what cannot); testing it by pickling would
+    pickle its attributes once more for every level of errors nested in errors.
+    """
+    if isinstance(value, LitstoreError):
+        return True
     try:
         pickle.dumps(value, pickle.HIGHEST_PROTOCOL)
-    except (pickle.PicklingError, TypeError, AttributeError, RecursionError):
+    except Exception:  # noqa: BLE001 - a user's object may refuse with anything (ctypes: ValueError)
         return False
     return True
 

@@ -140,7 +140,7 @@ def _run_workers(
     """
     try:
         pickle.dumps(fn)
-    except (pickle.PicklingError, TypeError, AttributeError) as exc:
+    except Exception as exc:  # a callable may refuse with anything
         raise InvalidArgumentError(
             f"fn must be importable by worker processes (a module-level function), got {fn!r}: {exc}"
         ) from exc
@@ -197,13 +197,13 @@ def _packed(block: Block) -> bytes:
     """
     try:
         return pickle.dumps(block, pickle.HIGHEST_PROTOCOL)
-    except (pickle.PicklingError, TypeError, AttributeError, RecursionError):
+    except Exception:  # noqa: BLE001 - an input may refuse with anything (ctypes: ValueError); found below
         pass
     offset, values = block
     for position, value in enumerate(values, offset):
         try:
             pickle.dumps(value, pickle.HIGHEST_PROTOCOL)
-        except (pickle.PicklingError, TypeError, AttributeError, RecursionError) as exc:
+        except Exception as exc:  # as above; named in the IngestError
             raise _failure(position, value, exc, sent=True) from exc
     raise AssertionError("a block that cannot be pickled holds an input that cannot be pickled")
 

@@ -301,7 +301,8 @@ class Store:
             ConflictError: another writer committed first; nothing was committed.
         """
         self._require_model()
-        return self._write(self._checked_runs(records, "append", progress), "append", message, metadata, progress)
+        runs = self._checked_runs(records, "append", progress, [])
+        return self._write(runs, "append", message, metadata, progress)
 
     def upsert(
         self,
@@ -323,7 +324,9 @@ class Store:
             ConflictError: another writer committed first; nothing was committed.
         """
         self._require_model()
-        return self._write(self._checked_runs(records, "upsert", progress), "upsert", message, metadata, progress)
+        unchanged: list[Key] = []
+        runs = self._checked_runs(records, "upsert", progress, unchanged)
+        return self._write(runs, "upsert", message, metadata, progress, unchanged)
 
     def delete(
         self,
@@ -365,12 +368,13 @@ class Store:
         return txn.prepare_runs(records, self.config, self._head.model, False, run_bytes, fields)
 
     def _checked_runs(
-        self, records: Iterable[Any], mode: Literal["append", "upsert"], progress: bool
+        self, records: Iterable[Any], mode: Literal["append", "upsert"], progress: bool, unchanged: list[Key]
     ) -> Iterator[txn.Batch]:
         """Runs of ``records`` checked against the head before they are written.
 
         ``append``: keys the head has are refused, naming their input positions;
-        ``upsert``: records whose content the head already holds are left out.
+        ``upsert``: records whose content the head already holds are left out, their
+        keys added to ``unchanged`` (the commit checks nobody changed them meanwhile).
         """
         offset = 0
         for run in self._runs(records, progress):
@@ -379,7 +383,9 @@ class Store:
                 offset += len(run)
                 yield run
             else:
-                yield txn.without_unchanged(self._head, run)
+                kept, left_out = txn.without_unchanged(self._head, run)
+                unchanged += left_out
+                yield kept
 
     def _write(
         self,
@@ -388,17 +394,28 @@ class Store:
         message: str | None,
         metadata: dict[str, Any] | None,
         progress: bool,
+        unchanged: Sequence[Key] = (),
     ) -> Version:
+        """Stage ``runs`` and commit them; ``unchanged`` (filled while ``runs`` are read) as :func:`txn.commit` says."""
         staged = txn.stage(self.storage, self.config, runs, progress)
+        fragments = [staged]
         if not len(staged):
             txn.discard(self.storage, staged)
-            return self.version
+            if not unchanged:
+                return self.version
+            fragments = []
         try:
             self._head = txn.commit(
-                self._head, [staged], mode=mode, message=message, metadata=metadata, progress=progress
+                self._head,
+                fragments,
+                mode=mode,
+                message=message,
+                metadata=metadata,
+                progress=progress,
+                unchanged=unchanged,
             )
         except BaseException as exc:
-            if not isinstance(exc, UncertainCommitError):  # the commit record may reference the fragment
+            if fragments and not isinstance(exc, UncertainCommitError):  # the record may reference the fragment
                 txn.discard(self.storage, staged)
             raise
         return self.version

@@ -193,3 +193,13 @@ def test_ingest_refuses_bad_arguments(make_store: Callable[..., litstore.Store])
         store.ingest(one_record, range(3), num_workers=-1, progress=False)
     with pytest.raises(litstore.InvalidArgumentError):
         store.ingest("not a function", range(3), progress=False)  # type: ignore[arg-type]
+
+
+def test_an_input_pickle_refuses_with_value_error_is_an_ingest_error(tmp_path: Path) -> None:
+    """A ctypes pointer: pickle raises ValueError, which used to escape as a bare ValueError."""
+    import ctypes
+
+    store = litstore.Store.create(str(tmp_path / "s"))
+    with pytest.raises(litstore.IngestError, match="cannot be sent to a worker"):
+        store.ingest(str, [ctypes.pointer(ctypes.c_int(1))], num_workers=1, progress=False)
+    assert store.version.number == 0

@@ -63,6 +63,16 @@ class HashSplit(_Frozen):
         except pydantic.ValidationError as exc:
             raise InvalidArgumentError(f"invalid HashSplit: {exc.errors()[0]['msg']}") from None
 
+    @field_validator("fractions", mode="before")
+    @classmethod
+    def _numbers(cls, fractions: Any) -> Any:
+        # Plain float validation would take True as 1.0 and "0.5" as 0.5.
+        if isinstance(fractions, dict):
+            for name, fraction in fractions.items():
+                if isinstance(fraction, bool) or not isinstance(fraction, numbers.Real):
+                    raise ValueError(f"fraction of split {name!r} must be a number, got {fraction!r}")
+        return fractions
+
     @field_validator("fractions")
     @classmethod
     def _valid_fractions(cls, fractions: dict[str, float]) -> dict[str, float]:
@@ -154,7 +164,7 @@ class StoreConfig(_Frozen):
     store is created, and a config that holds one is refused when read.
     """
 
-    format_version: int = STORE_FORMAT_VERSION
+    format_version: int = Field(default=STORE_FORMAT_VERSION, ge=1)
     key: str
     key_type: Literal["str", "int"] = "str"
     splits: SplitRule
@@ -171,6 +181,13 @@ class StoreConfig(_Frozen):
         # Plain int validation would take True as 1 and "65536" as 65536.
         if isinstance(value, bool) or not isinstance(value, numbers.Integral):
             raise ValueError(f"must be a whole number of bytes, got {value!r}")
+        return value
+
+    @field_validator("checkpoint_interval", "format_version", mode="before")
+    @classmethod
+    def _whole(cls, value: Any) -> Any:
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+            raise ValueError(f"must be a whole number, got {value!r}")
         return value
 
     @field_validator("chunk_bytes")

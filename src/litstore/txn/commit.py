@@ -22,9 +22,10 @@ the record may name (the new files, the moved rows, the staged fragments) is rem
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -65,21 +66,34 @@ def commit(
     message: str | None = None,
     metadata: dict[str, Any] | None = None,
     progress: bool = False,
+    unchanged: Collection[Any] = (),
 ) -> Snapshot:
     """Publish ``fragments`` (and delete ``deletes``) as one version; return the new head.
 
     The version is built on ``parent`` or, if other writers committed since, on the
     newest version. If nothing changes (every record unchanged, nothing deleted), no
-    version is committed and the head is returned. The staged fragments are left as
-    they are if the commit fails; ``discard`` them or let ``gc`` remove them.
+    version is committed and the newest head is returned. The staged fragments are left
+    as they are if the commit fails; ``discard`` them or let ``gc`` remove them.
+
+    A record found unchanged still counts as written: if another writer changed its key
+    after ``parent``, this is a :class:`ConflictError`, never a write silently lost.
+    ``unchanged`` names keys the caller left out of ``fragments`` for that reason
+    (``Store.upsert`` drops unchanged records before staging).
 
     Raises:
         DuplicateKeyError, SplitError, KeyNotFoundError: see :func:`litstore.txn.plan.plan`.
         ConflictError: another writer committed changes to the same keys first.
     """
     head = parent
-    current = plan(head, fragments, mode, deletes, missing_ok, rewrite, chunk_bytes)
+    unchanged_keys = frozenset(unchanged)
+    current = plan(head, fragments, mode, deletes, missing_ok, rewrite, chunk_bytes, unchanged_keys)
     if current.empty:
+        if not current.unchanged:
+            return head
+        head, touched, _ = catch_up(head)  # nothing to write, if nobody changed those keys since parent
+        clash = _clash(head, touched & current.unchanged)
+        if clash is not None:
+            raise clash
         return head
     operation = operation or ("delete" if not fragments else mode)
     moves: StagedFragment | None = None
@@ -98,18 +112,15 @@ def commit(
             except ConflictError:
                 losses += 1
                 head, touched, dropped = catch_up(head)
-                clash = sorted(touched & current.touched_keys(), key=repr)
-                if clash:
-                    raise ConflictError(
-                        f"another writer committed changes to {len(clash)} of the same keys first "
-                        f"(now at version {head.version.number}): {describe(clash)}; nothing was committed"
-                    ) from None
+                clash = _clash(head, touched & current.touched_keys())
+                if clash is not None:
+                    raise clash from None
                 if dropped & current.dropped_chunks or _fields(head) != planned_fields:
                     planned_fields = _fields(head)
                     if moves is not None:
                         discard(head.storage, moves)
                         moves = None
-                    current = plan(head, fragments, mode, deletes, missing_ok, rewrite, chunk_bytes)
+                    current = plan(head, fragments, mode, deletes, missing_ok, rewrite, chunk_bytes, unchanged_keys)
                     if current.empty:
                         return head
                     current, moves = _relocate(head, current, progress)
@@ -170,17 +181,17 @@ def _relocate(head: Snapshot, current: Plan, progress: bool) -> tuple[Plan, Stag
     rows_table = current.rows.set_column(schema.get_field_index("chunk"), "chunk", chunk_column).set_column(
         schema.get_field_index("row"), "row", pa.array(row_values, pa.uint32())
     )
-    relocated = Plan(
-        rows_table,
-        np.zeros(len(current.relocate), dtype=bool),
-        current.replaced,
-        current.deleted,
-        current.dropped_chunks,
-        current.staged_chunks,
-        current.chunk_bytes,
-        current.entering_fingerprint,
+    return dataclasses.replace(current, rows=rows_table, relocate=np.zeros(len(current.relocate), dtype=bool)), moves
+
+
+def _clash(head: Snapshot, keys: set[Any]) -> ConflictError | None:
+    """The error for ``keys`` this commit touches that writers up to ``head`` changed first (``None``: none)."""
+    if not keys:
+        return None
+    return ConflictError(
+        f"another writer committed changes to {len(keys)} of the same keys first "
+        f"(now at version {head.version.number}): {describe(sorted(keys, key=repr))}; nothing was committed"
     )
-    return relocated, moves
 
 
 def _taken(table: pa.Table, positions: np.ndarray) -> pa.Table:

@@ -67,6 +67,9 @@ class Plan:
         chunk_bytes: target size of the chunks moved rows are written to (default:
             the store's ``chunk_bytes``).
         entering_fingerprint: the fingerprint sum of the added and replaced rows.
+        unchanged: keys given a content the parent already held (staged records the
+            plan skips, and those the caller left out for that reason): the version
+            does not write them, but a writer who changed them first is a conflict.
     """
 
     rows: pa.Table
@@ -77,6 +80,7 @@ class Plan:
     staged_chunks: dict[str, list[Any]]
     chunk_bytes: int | None = None
     entering_fingerprint: int = 0
+    unchanged: frozenset[Any] = frozenset()
 
     @property
     def empty(self) -> bool:
@@ -87,9 +91,9 @@ class Plan:
         return int(pc.sum(pc.equal(self.rows.column("change"), str(kind))).as_py() or 0)
 
     def touched_keys(self) -> set[Any]:
-        """Keys this version adds, replaces or deletes (not those it only moves)."""
+        """Keys this version adds, replaces, deletes or found unchanged (not those it only moves)."""
         entering = pc.not_equal(self.rows.column("change"), str(ChangeKind.MOVED))
-        return set(self.rows.filter(entering).column("key").to_pylist()) | set(self.deleted.keys)
+        return set(self.rows.filter(entering).column("key").to_pylist()) | set(self.deleted.keys) | self.unchanged
 
 
 def plan(
@@ -100,11 +104,14 @@ def plan(
     missing_ok: bool = False,
     rewrite: frozenset[str] = frozenset(),
     chunk_bytes: int | None = None,
+    unchanged: frozenset[Any] = frozenset(),
 ) -> Plan:
     """Plan publishing ``fragments`` and deleting ``deletes`` on top of ``parent``.
 
     ``append`` refuses keys the parent has; ``upsert`` replaces them, skips records
     whose content is unchanged, and refuses to move a key to another split.
+    ``unchanged``: keys the caller left out of ``fragments`` because ``parent`` held
+    their content; like skipped records, they join the plan's touched keys.
     ``rewrite`` names chunks of the parent to drop and move whole (compaction), into
     chunks of ``chunk_bytes``.
 
@@ -197,8 +204,17 @@ def plan(
     entering_fingerprint = staged_sum - hashing.fingerprint_sum(
         skipped_rows.column("key").to_pylist(), skipped_rows.column("content_hash").to_pylist()
     )
+    skipped_keys = frozenset(skipped_rows.column("key").to_pylist())
     return Plan(
-        rows, relocate.astype(bool), replaced, deleted, dropped, staged_chunks, chunk_bytes, entering_fingerprint
+        rows,
+        relocate.astype(bool),
+        replaced,
+        deleted,
+        dropped,
+        staged_chunks,
+        chunk_bytes,
+        entering_fingerprint,
+        unchanged | skipped_keys,
     )
 
 
@@ -216,14 +232,17 @@ def refuse_existing(parent: Snapshot, batch: Batch, offset: int = 0) -> None:
         )
 
 
-def without_unchanged(parent: Snapshot, batch: Batch) -> Batch:
-    """``batch`` less the records whose content ``parent`` already holds under the same key.
+def without_unchanged(parent: Snapshot, batch: Batch) -> tuple[Batch, list[Any]]:
+    """``batch`` less the records whose content ``parent`` already holds under the same key, and their keys.
+
+    The keys left out must reach the commit (``commit(unchanged=...)``): if another
+    writer changes them before it, the upsert is a conflict, not a silent no-op.
 
     Raises:
         SplitError: a changed record would move its key to another split.
     """
     if not len(batch):
-        return batch
+        return batch, []
     key_type = parent.manifest().schema.field("key").type
     found = query.rows_for_keys(parent.manifest(), pa.array(batch.keys, key_type))
     positions = found.column("position").to_numpy()
@@ -244,7 +263,9 @@ def without_unchanged(parent: Snapshot, batch: Batch) -> Batch:
             + (f" and {len(shown) - 5} more" if len(shown) > 5 else ""),
             [(position, key) for position, key, _, _ in moving],
         )
-    return batch.select(keep) if not keep.all() else batch
+    if keep.all():
+        return batch, []
+    return batch.select(keep), [batch.keys[i] for i in np.flatnonzero(~keep).tolist()]
 
 
 def _staged_rows(fragments: Sequence[StagedFragment], key_type: str, fields: dict[str, str]) -> pa.Table:
