@@ -14,7 +14,7 @@ tables it is given.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -38,26 +38,42 @@ def compose(
     set operations (an anti-join per delta): several times cheaper than a window
     over every row, which is what composing a large version costs.
     """
+    return compose_newest_first(key_type, lambda: checkpoint, reversed(deltas), fields)
+
+
+def compose_newest_first(
+    key_type: str,
+    checkpoint: Callable[[], pa.Table | None],
+    deltas: Iterable[pa.Table],
+    fields: dict[str, str] | None = None,
+) -> pa.Table:
+    """:func:`compose`, taking the deltas newest first and the checkpoint last, as they are read.
+
+    Each delta is cut down to the rows no newer one superseded before the next is asked
+    for, so reading a long chain of large deltas (rewrites that moved every record) holds
+    one file at a time beside the result.
+    """
     names = columns(fields)
     target = schema(key_type, fields)
-    newest: list[pa.Table] = []
+    parts: list[pa.Table] = []
     mentioned: tuple[pa.Array, pa.Array] | None = None  # the keys of newer deltas, and their key hashes
-    for delta in reversed(deltas):
+    for delta in deltas:
         delta = delta.cast(delta_schema(key_type, fields))
         if mentioned is not None:
             delta = _without_keys(delta, *mentioned)
-        newest.append(delta)
+        parts.append(_live_rows(delta).select(names).cast(target))
         keys, hashes = delta.column("key").combine_chunks(), delta.column("key_hash").combine_chunks()
         if mentioned is not None:
             keys, hashes = pa.concat_arrays([mentioned[0], keys]), pa.concat_arrays([mentioned[1], hashes])
         mentioned = (keys, hashes)
-    parts = [_live_rows(delta).select(names).cast(target) for delta in reversed(newest)]
-    if checkpoint is not None:
-        base = checkpoint.select(names).cast(target)
+        del delta
+    base = checkpoint()
+    if base is not None:
+        base = base.select(names).cast(target)
         if mentioned is not None and len(mentioned[0]):
             base = _without_keys(base, *mentioned)
-        parts.insert(0, base)
-    return pa.concat_tables(parts) if parts else empty(key_type, fields)
+        parts.append(base)
+    return pa.concat_tables(parts[::-1]) if parts else empty(key_type, fields)
 
 
 def _without_keys(table: pa.Table, keys: pa.Array, hashes: pa.Array) -> pa.Table:

@@ -131,9 +131,12 @@ def compose_manifest(storage: Storage, config: StoreConfig, number: int) -> pa.T
     # add_fields writes a checkpoint, where the chain of every later version stops.
     fields = declared_fields(config, version)
     pending, path = manifest_chain(storage, version, set(storage.names(layout.MANIFESTS)))
-    checkpoint = None if path is None else read_manifest_file(storage, config, path, delta=False, fields=fields)
-    deltas = [read_manifest_file(storage, config, path, delta=True, fields=fields) for path in reversed(pending)]
-    return query.compose(config.key_type, checkpoint, deltas, fields)
+
+    def checkpoint() -> pa.Table | None:
+        return None if path is None else read_manifest_file(storage, config, path, delta=False, fields=fields)
+
+    deltas = (read_manifest_file(storage, config, delta, delta=True, fields=fields) for delta in pending)
+    return query.compose_newest_first(config.key_type, checkpoint, deltas, fields)
 
 
 def manifest_chain(storage: Storage, version: Version, checkpoints: set[str]) -> tuple[list[str], str | None]:
