@@ -179,7 +179,7 @@ def key_hash_array(keys: pa.Array | pa.ChunkedArray) -> np.ndarray:
 
 
 #: Rows of a text key column turned into ``bytes`` at once by :func:`key_hash_array`.
-_HASH_SLICE = 1 << 16
+_HASH_SLICE = 1 << 13
 
 
 def fingerprint_of(keys: pa.Array | pa.ChunkedArray, contents: pa.Array | pa.ChunkedArray) -> int:

@@ -99,7 +99,7 @@ def stage(
     Raises:
         IntegrityError: the written chunks do not hold every record exactly once.
     """
-    return write_fragment(storage, config, runs, progress, description, chunk_bytes, fingerprinted)[0]
+    return write_fragment(storage, config, runs, progress, description, chunk_bytes, fingerprinted, sources=False)[0]
 
 
 def write_fragment(
@@ -110,11 +110,14 @@ def write_fragment(
     description: str = "writing records",
     chunk_bytes: int | None = None,
     fingerprinted: bool = True,
+    sources: bool = True,
 ) -> tuple[StagedFragment, np.ndarray]:
     """:func:`stage`, and where each of the fragment's rows came from: row ``i`` holds record ``sources[i]``
     of the input (the runs' records numbered one after another).
 
     For moves, which must find each record's new place without matching millions of keys.
+    With ``sources=False`` the positions (8 bytes a record) are not kept and an empty
+    array is returned.
     """
     transaction = layout.new_transaction()
     prefix = layout.fragment(transaction)
@@ -153,7 +156,8 @@ def write_fragment(
                         pa.array(np.zeros(len(order), np.int32)), pa.array([split], pa.string())
                     ).cast(pa.string())
                     written.append(run_rows.take(taken).add_column(3, "split", split_column))
-                    taken_from.append((split, order + offset))
+                    if sources:
+                        taken_from.append((split, order + offset))
                     bar.update(len(order))
                 offset += run_rows.num_rows
             chunks = {split: tuple(writer.close()) for split, writer in sorted(writers.items())}
@@ -171,8 +175,8 @@ def write_fragment(
         bar.close()
     fragment = StagedFragment(transaction, chunks, rows, hashing.fingerprint_hex(fingerprint))
     # _locate lays the splits out in name order, each split's runs in the order they came.
-    sources = [positions for split in sorted(chunks) for name, positions in taken_from if name == split]
-    return fragment, np.concatenate(sources) if sources else np.empty(0, dtype=np.intp)
+    placed = [positions for split in sorted(chunks) for name, positions in taken_from if name == split]
+    return fragment, np.concatenate(placed) if placed else np.empty(0, dtype=np.intp)
 
 
 def release_freed() -> None:
