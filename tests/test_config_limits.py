@@ -149,3 +149,14 @@ def test_a_whole_fraction_and_numpy_whole_numbers_are_still_taken(tmp_path: Path
     )
     assert store.config.checkpoint_interval == 8
     assert store.config.splits == litstore.HashSplit(train=1.0)
+
+
+def test_a_config_naming_another_key_field_than_the_records_hold_is_an_integrity_error(tmp_path: Path) -> None:
+    """A stranger's config whose key is not the records' key field: lookups used to say KeyNotFoundError."""
+    root = _edited_config(tmp_path, lambda config: config.__setitem__("key", "name"))
+    store = litstore.open(root)
+    with pytest.raises(litstore.IntegrityError, match="has no field 'name'"):
+        store["k1"]
+    with pytest.raises(litstore.IntegrityError, match="has no field 'name'"):
+        store.get_many(["k1", "k2"])
+    assert not store.verify().ok

@@ -680,6 +680,11 @@ class Snapshot:
             record = codec.decode(payload, f"chunk {chunk} row {row}")
             if not isinstance(record, dict):
                 raise self._damaged(chunk, np.array([row]), [key])  # type: ignore[list-item]
+            if key_field not in record:  # every record holds its key: the config names another field
+                raise IntegrityError(
+                    f"the record at chunk {chunk}, row {row} (version {self._version.number}) has no field "
+                    f"{key_field!r}, which the store's config names as its key: the config or the record is damaged"
+                )
             if record.get(key_field) == key:
                 return record
         return None
