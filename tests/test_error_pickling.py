@@ -257,3 +257,14 @@ def test_nested_errors_pickle_their_innermost_value_a_fixed_number_of_times() ->
     copy = pickle.loads(pickle.dumps(error, pickle.HIGHEST_PROTOCOL))
     assert _CountsPickling.calls <= 2
     assert copy.position == 23 and copy.input.position == 22
+
+
+def test_errors_nested_in_lists_pickle_their_innermost_value_a_bounded_number_of_times() -> None:
+    """picklable() pickled a list attribute whole, and each error inside it did the same: 2**depth times."""
+    _CountsPickling.calls = 0
+    error = errors.IngestError("base", 0, _CountsPickling())
+    depth = 12
+    for level in range(depth):
+        error = errors.IngestError(f"level {level}", level, [error])
+    pickle.loads(pickle.dumps(error, pickle.HIGHEST_PROTOCOL))
+    assert _CountsPickling.calls <= 2 * (depth + 1)

@@ -38,6 +38,7 @@ Every error pickles (see :class:`LitstoreError`): errors cross process boundarie
 from __future__ import annotations
 
 import pickle
+import threading
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -60,7 +61,10 @@ class LitstoreError(Exception):
     """
 
     def __reduce__(self) -> tuple[Any, ...]:
-        state = {name: value if picklable(value) else None for name, value in vars(self).items()}
+        if getattr(_checking, "active", False):  # inside picklable(): the outer check covers this error
+            state = dict(vars(self))
+        else:
+            state = {name: value if picklable(value) else None for name, value in vars(self).items()}
         for base, names in _BUILT_IN_ATTRIBUTES:  # kept by the built-in base, outside __dict__
             if isinstance(self, base):
                 state.update((name, getattr(self, name)) for name in names if getattr(self, name) is not None)
@@ -88,16 +92,25 @@ def _rebuild(cls: type[LitstoreError], args: tuple[Any, ...]) -> LitstoreError:
 def picklable(value: Any) -> bool:
     """Whether ``value`` can be pickled (to cross to another process).
 
-    A litstore error always can (it leaves out what cannot); testing it by pickling would
-    pickle its attributes once more for every level of errors nested in errors.
+    A litstore error always can (it leaves out what cannot). Errors met inside ``value``
+    (a list of them, say) are pickled as they are during the check, not checked again
+    each: otherwise errors nested in errors would be pickled 2**depth times.
     """
     if isinstance(value, LitstoreError):
         return True
+    outer = getattr(_checking, "active", False)
+    _checking.active = True
     try:
         pickle.dumps(value, pickle.HIGHEST_PROTOCOL)
     except Exception:  # noqa: BLE001 - a user's object may refuse with anything (ctypes: ValueError)
         return False
+    finally:
+        _checking.active = outer
     return True
+
+
+#: Set while :func:`picklable` pickles a value (per thread).
+_checking = threading.local()
 
 
 def describe(items: Sequence[Any], limit: int = SHOWN_CULPRITS) -> str:

@@ -39,6 +39,7 @@ from litstore.format.models import (
     StoreConfig,
     Tag,
     Version,
+    check_chunk_bytes,
 )
 from litstore.snapshot import MISSING, Key, Record, Snapshot, VersionRef
 from litstore.storage import Storage, open_storage
@@ -150,6 +151,7 @@ class Store:
             )
         except pydantic.ValidationError as exc:
             raise InvalidArgumentError(f"cannot create a store: {first_problem(exc, 'argument')}") from None
+        check_chunk_bytes(config.chunk_bytes)
         storage = open_storage(root, storage_options)
         if storage.exists(layout.CONFIG) or log.version_numbers(storage):
             raise StoreExistsError(f"{storage.url} already holds a store; open it with litstore.open()")
@@ -480,6 +482,8 @@ class Store:
         target = self.config.chunk_bytes if target_chunk_bytes is None else target_chunk_bytes
         if isinstance(target, bool) or not isinstance(target, int) or target <= 0:
             raise InvalidArgumentError(f"target_chunk_bytes must be a positive whole number, got {target!r}")
+        if target_chunk_bytes is not None:
+            check_chunk_bytes(target, "target_chunk_bytes")
         rewrite: set[str] = set()
         for chunks in self._head.chunks().values():
             small = [chunk.filename for chunk in chunks if chunk.num_bytes < min_fill * target]

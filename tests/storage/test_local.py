@@ -257,4 +257,3 @@ def test_an_overlong_path_gives_a_storage_error(tmp_path: Path) -> None:
     for call in (storage.exists, storage.read, storage.delete, storage.mapped):
         with pytest.raises(StorageError):
             call(path)
-

@@ -58,3 +58,33 @@ def test_unchanged_upserts_without_a_rival_commit_nothing_and_catch_up(tmp_path:
     assert version.number == 2  # nothing new committed; the handle now knows the newest version
     assert a["j"] == {"id": "j", "v": 5}
     assert litstore.open(root).version.number == 2
+
+
+@pytest.mark.parametrize("keys", [["k"], ["j", "k"]])
+def test_a_missing_ok_delete_of_a_key_a_rival_added_meanwhile_conflicts(tmp_path: Path, keys: list[str]) -> None:
+    """Keys a missing_ok delete found absent on a stale head count as touched: a rival's add of them is a conflict."""
+    root = str(tmp_path / "s")
+    a = litstore.Store.create(root, chunk_bytes=1 << 20)
+    a.append([{"id": "j", "v": 0}])
+    litstore.open(root).append([{"id": "k", "v": 1}])  # another writer, after a's head
+    with pytest.raises(litstore.ConflictError, match="'k'"):
+        a.delete(keys, missing_ok=True)
+    assert litstore.open(root)["k"] == {"id": "k", "v": 1}
+    a.refresh()
+    a.delete(keys, missing_ok=True)  # on the newest version: goes through
+    assert "k" not in litstore.open(root)
+
+
+def test_after_gc_expired_newer_versions_refresh_lets_the_write_through(tmp_path: Path) -> None:
+    """A handle whose newer versions gc expired cannot check its write against them: it says to refresh."""
+    root = str(tmp_path / "s")
+    a = litstore.Store.create(root, chunk_bytes=1 << 20)
+    a.append([{"id": "k", "v": 0}, {"id": "j", "v": 0}])
+    b = litstore.open(root)
+    for value in range(3):
+        b.upsert([{"id": "j", "v": value + 1}])
+    b.gc(keep_last=1)
+    with pytest.raises(litstore.ConflictError, match=r"Store\.refresh\(\)"):
+        a.upsert([{"id": "k", "v": 0}])
+    a.refresh()
+    assert a.upsert([{"id": "k", "v": 0}]).number == 4  # nothing changed: the newest version

@@ -187,7 +187,8 @@ def from_parquet(data: bytes, path: str, key_type: str, delta: bool, fields: dic
             field.with_type(field.type.value_type) if pa.types.is_dictionary(field.type) else field
             for field in table.schema
         ]
-        table = _with_key_hash(table.cast(pa.schema(plain))).select(list(expected.names)).cast(expected)
+        table = _with_key_hash(table.cast(pa.schema(plain)), expected.field("key").type)
+        table = table.select(list(expected.names)).cast(expected)
     except (pa.ArrowException, OSError, KeyError, ValueError) as exc:
         raise IntegrityError(f"manifest file {path} is damaged: {exc}") from exc
     if delta:
@@ -234,7 +235,8 @@ def columns_from_parquet(
         if "key_hash" in names and "key" not in read:
             read.append("key")
         table = file.read_row_groups(groups, columns=read)
-        table = _with_key_hash(table).select(list(names)).cast(target)
+        table = _with_key_hash(table, expected.field("key").type, derive="key_hash" in names)
+        table = table.select(list(names)).cast(target)
     except (pa.ArrowException, OSError, KeyError, ValueError) as exc:
         raise IntegrityError(f"manifest file {path} is damaged: {exc}") from exc
     if "key" in names and table.column("key").null_count:
@@ -249,13 +251,28 @@ def columns_from_parquet(
     return table
 
 
-def _with_key_hash(table: pa.Table) -> pa.Table:
-    """``table`` (read without any ``key_hash`` column) with its ``key_hash`` column, derived from ``key``."""
+def _with_key_hash(table: pa.Table, key_type: pa.DataType, derive: bool = True) -> pa.Table:
+    """``table`` (read without any ``key_hash`` column) with its keys of the store's ``key_type``, and (``derive``)
+    its ``key_hash`` column derived from them.
+
+    A key column of another kind (numbers in a store of text keys, or the reverse) is
+    refused rather than converted: its hashes would be those of other keys.
+    """
     if "key" not in table.column_names:
         return table
-    if table.column("key").null_count:  # a keyless row names no record
-        raise ValueError(f"{table.column('key').null_count} of its rows have no key")
-    hashes = hashing.key_hash_array(table.column("key"))
+    keys = table.column("key")
+    if keys.null_count:  # a keyless row names no record
+        raise ValueError(f"{keys.null_count} of its rows have no key")
+    text = pa.types.is_string(key_type)
+    if not (
+        pa.types.is_string(keys.type) or pa.types.is_large_string(keys.type) if text else pa.types.is_integer(keys.type)
+    ):
+        raise ValueError(f"its keys are of type {keys.type}, the store's are {key_type}")
+    keys = keys.cast(key_type)
+    table = table.set_column(table.schema.get_field_index("key"), "key", keys)
+    if not derive:
+        return table
+    hashes = hashing.key_hash_array(keys)
     return table.add_column(min(1, table.num_columns), "key_hash", pa.array(hashes, pa.uint64()))
 
 

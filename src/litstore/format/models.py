@@ -9,6 +9,7 @@ and refuse what it does not understand.
 
 from __future__ import annotations
 
+import decimal
 import numbers
 import re
 from datetime import datetime
@@ -69,7 +70,7 @@ class HashSplit(_Frozen):
         # Plain float validation would take True as 1.0 and "0.5" as 0.5.
         if isinstance(fractions, dict):
             for name, fraction in fractions.items():
-                if isinstance(fraction, bool) or not isinstance(fraction, numbers.Real):
+                if isinstance(fraction, bool) or not isinstance(fraction, (numbers.Real, decimal.Decimal)):
                     raise ValueError(f"fraction of split {name!r} must be a number, got {fraction!r}")
         return fractions
 
@@ -159,9 +160,10 @@ class SchemaRef(_Frozen):
 class StoreConfig(_Frozen):
     """``litstore.json``: what is fixed when a store is created.
 
-    ``chunk_bytes`` is a whole number of bytes below :data:`~litstore.format.layout.CHUNK_SIZE_LIMIT`:
-    a chunk filled to a larger target could never be written, so such a value is refused when a
-    store is created, and a config that holds one is refused when read.
+    ``chunk_bytes`` is a whole number of bytes. Whether it is below litdata's limit
+    (:func:`check_chunk_bytes`) is checked where a store is created or a compaction
+    chosen, not when a config is read: a store created with a larger one by an earlier
+    litstore stays readable, and its writes refuse any chunk that reaches the limit.
     """
 
     format_version: int = Field(default=STORE_FORMAT_VERSION, ge=1)
@@ -190,15 +192,6 @@ class StoreConfig(_Frozen):
             raise ValueError(f"must be a whole number, got {value!r}")
         return value
 
-    @field_validator("chunk_bytes")
-    @classmethod
-    def _chunk_fits(cls, value: int) -> int:
-        if value >= layout.CHUNK_SIZE_LIMIT:
-            raise ValueError(
-                f"must be below {layout.CHUNK_SIZE_LIMIT:,} bytes (litdata's chunk offsets are 32-bit), got {value:,}"
-            )
-        return value
-
     @model_validator(mode="after")
     def _supported(self) -> StoreConfig:
         if self.format_version > STORE_FORMAT_VERSION:
@@ -212,6 +205,19 @@ class StoreConfig(_Frozen):
     def stores_key_hash(self) -> bool:
         """Whether this store's manifest files hold the ``key_hash`` column (format 1)."""
         return self.format_version < 2
+
+
+def check_chunk_bytes(value: int, name: str = "chunk_bytes") -> None:
+    """Refuse a chunk size that could never be written: litdata's chunk offsets are 32-bit.
+
+    Raises:
+        InvalidArgumentError: ``value`` is :data:`~litstore.format.layout.CHUNK_SIZE_LIMIT` or more.
+    """
+    if value >= layout.CHUNK_SIZE_LIMIT:
+        raise InvalidArgumentError(
+            f"{name} must be below {layout.CHUNK_SIZE_LIMIT:,} bytes (litdata's chunk offsets are 32-bit), "
+            f"got {value:,}"
+        )
 
 
 def _check_fields(fields: dict[str, str] | None, key: str | None) -> None:

@@ -190,7 +190,8 @@ def _clash(head: Snapshot, keys: set[Any]) -> ConflictError | None:
         return None
     return ConflictError(
         f"another writer committed changes to {len(keys)} of the same keys first "
-        f"(now at version {head.version.number}): {describe(sorted(keys, key=repr))}; nothing was committed"
+        f"(now at version {head.version.number}): {describe(sorted(keys, key=repr))}; nothing was committed "
+        "(Store.refresh() moves to the newest version, to read their changes or write over them)"
     )
 
 
@@ -367,7 +368,8 @@ def catch_up(head: Snapshot) -> tuple[Snapshot, set[Any], set[str]]:
         if isinstance(record, ExpiredVersion):
             raise ConflictError(
                 f"version {number}, committed while this store was at version {start}, has since been expired "
-                "by gc, so this write cannot be checked against it; nothing was committed. Retry the write."
+                "by gc, so this write cannot be checked against it; nothing was committed. Move to the newest "
+                "version (Store.refresh()) and write again."
             )
         if record.manifest is not None:
             delta = log.read_manifest_file(head.storage, head.config, record.manifest, delta=True)

@@ -67,8 +67,9 @@ class Plan:
         chunk_bytes: target size of the chunks moved rows are written to (default:
             the store's ``chunk_bytes``).
         entering_fingerprint: the fingerprint sum of the added and replaced rows.
-        unchanged: keys given a content the parent already held (staged records the
-            plan skips, and those the caller left out for that reason): the version
+        unchanged: keys this version leaves as the parent had them while the caller
+            asked for that state (staged records the plan skips, those the caller left
+            out for that reason, keys to delete that the parent lacks): the version
             does not write them, but a writer who changed them first is a conflict.
     """
 
@@ -179,6 +180,8 @@ def plan(
             )
         deleted = Removal.of(found)
         leaving.append(found)
+        # Deleting a key the parent lacks (missing_ok) says it must be absent: a rival adding it is a conflict.
+        unchanged = unchanged | frozenset(key for key in missing if hashing.is_key(key, key_type))
     dropped = frozenset(name for table in leaving for name in table.column("chunk").to_pylist()) | rewrite
     staged_dropped = set(staged.filter(pa.array(skipped)).column("chunk").to_pylist())
     entering = staged.filter(pa.array(~skipped)) if skipped.any() else staged  # filtering copies every column
@@ -269,6 +272,12 @@ def without_unchanged(parent: Snapshot, batch: Batch) -> tuple[Batch, list[Any]]
 
 
 def _staged_rows(fragments: Sequence[StagedFragment], key_type: str, fields: dict[str, str]) -> pa.Table:
+    """The rows of ``fragments``, their key hashes derived again from their keys.
+
+    A fragment may come from another process (a Ray task, an ingest worker) or have
+    been changed in memory: the key index and the duplicate check trust key hashes,
+    so none is taken from a fragment (about 0.1 s a million keys).
+    """
     target = held_schema(key_type, fields)
     tables = []
     for fragment in fragments:
@@ -282,7 +291,9 @@ def _staged_rows(fragments: Sequence[StagedFragment], key_type: str, fields: dic
                 f"fragment {fragment.transaction} was staged with declared fields {staged}, but the store now "
                 f"declares {list(fields)} (add_fields committed meanwhile): stage the records again"
             )
-        tables.append(rows.cast(target))
+        rows = rows.cast(target)
+        hashes = pa.array(hashing.key_hash_array(rows.column("key")), pa.uint64())
+        tables.append(rows.set_column(rows.schema.get_field_index("key_hash"), "key_hash", hashes))
     return pa.concat_tables(tables) if tables else target.empty_table()
 
 
