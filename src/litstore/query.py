@@ -38,12 +38,12 @@ def compose(
     set operations (an anti-join per delta): several times cheaper than a window
     over every row, which is what composing a large version costs.
     """
-    return compose_newest_first(key_type, lambda: checkpoint, reversed(deltas), fields)
+    return compose_newest_first(key_type, lambda _: checkpoint, reversed(deltas), fields)
 
 
 def compose_newest_first(
     key_type: str,
-    checkpoint: Callable[[], pa.Table | None],
+    checkpoint: Callable[[Callable[[pa.Table], np.ndarray] | None], pa.Table | None],
     deltas: Iterable[pa.Table],
     fields: dict[str, str] | None = None,
 ) -> pa.Table:
@@ -51,7 +51,9 @@ def compose_newest_first(
 
     Each delta is cut down to the rows no newer one superseded before the next is asked
     for, so reading a long chain of large deltas (rewrites that moved every record) holds
-    one file at a time beside the result.
+    one file at a time beside the result. ``checkpoint`` is called with a function that
+    marks the rows the deltas superseded (``None``: no delta), so that it may leave out
+    parts of the file that only hold such rows.
     """
     names = columns(fields)
     target = schema(key_type, fields)
@@ -67,7 +69,7 @@ def compose_newest_first(
             keys, hashes = pa.concat_arrays([mentioned[0], keys]), pa.concat_arrays([mentioned[1], hashes])
         mentioned = (keys, hashes)
         del delta
-    base = checkpoint()
+    base = checkpoint(None if mentioned is None else lambda table: mentioned_rows(table, *mentioned))
     if base is not None:
         base = base.select(names).cast(target)
         if mentioned is not None and len(mentioned[0]):
@@ -77,7 +79,13 @@ def compose_newest_first(
 
 
 def _without_keys(table: pa.Table, keys: pa.Array, hashes: pa.Array) -> pa.Table:
-    """``table`` without its rows whose key is one of ``keys`` (whose key hashes are ``hashes``).
+    """``table`` without its rows whose key is one of ``keys`` (whose key hashes are ``hashes``)."""
+    gone = mentioned_rows(table, keys, hashes)
+    return table.filter(pa.array(~gone)) if gone.any() else table
+
+
+def mentioned_rows(table: pa.Table, keys: pa.Array, hashes: pa.Array) -> np.ndarray:
+    """Which rows of ``table`` (``key``, ``key_hash``) hold one of ``keys`` (whose key hashes are ``hashes``).
 
     Matched by key hash (integers), then each matched row's key compared with the one key
     it matched: no hash table of strings, whether few rows match (appends) or nearly all
@@ -85,28 +93,26 @@ def _without_keys(table: pa.Table, keys: pa.Array, hashes: pa.Array) -> pa.Table
     read, so equal keys have equal hashes; a hash two of ``keys`` share is settled by
     comparing with all of them.
     """
+    gone = np.zeros(table.num_rows, dtype=bool)
     where = pc.index_in(table.column("key_hash"), value_set=hashes)  # the first of keys with the row's hash
     positions = np.flatnonzero(where.is_valid().to_numpy(zero_copy_only=False))
     if not len(positions):
-        return table
+        return gone
     taken = pa.array(positions)
     candidates = table.column("key").take(taken)
     partners = keys.take(where.take(taken))
-    gone = pc.equal(candidates, partners).to_numpy(zero_copy_only=False)
+    same = pc.equal(candidates, partners).to_numpy(zero_copy_only=False)
     mentioned = hashes.to_numpy()
     ordered = np.sort(mentioned)
     shared = ordered[1:][ordered[1:] == ordered[:-1]]  # hashes that more than one of keys have
     if len(shared):
-        unsure = np.flatnonzero(~gone & np.isin(table.column("key_hash").to_numpy()[positions], shared))
+        unsure = np.flatnonzero(~same & np.isin(table.column("key_hash").to_numpy()[positions], shared))
         if len(unsure):
             alike = keys.filter(pa.array(np.isin(mentioned, shared)))
             found = pc.is_in(candidates.take(pa.array(unsure)), value_set=alike).to_numpy(zero_copy_only=False)
-            gone[unsure[found]] = True
-    if not gone.any():
-        return table
-    keep = np.ones(table.num_rows, dtype=bool)
-    keep[positions[gone]] = False
-    return table.filter(pa.array(keep))
+            same[unsure[found]] = True
+    gone[positions[same]] = True
+    return gone
 
 
 def _live_rows(delta: pa.Table) -> pa.Table:

@@ -8,6 +8,9 @@ against :mod:`litstore.format.layout` before it is used.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+
+import numpy as np
 import pyarrow as pa
 import pydantic
 
@@ -90,16 +93,22 @@ def read_manifest_file(
     path: str,
     delta: bool,
     fields: dict[str, str] | None = None,
+    superseded: Callable[[pa.Table], np.ndarray] | None = None,
 ) -> pa.Table:
     """A manifest delta (``delta=True``) or checkpoint with the declared ``fields``, its chunk names checked.
 
     Key hashes are derived from the keys, never read from the file (see
-    :mod:`litstore.format.manifest`).
+    :mod:`litstore.format.manifest`). ``superseded`` marks rows newer files replace: row
+    groups that hold only such rows are not read (the caller drops such rows anyway).
 
     Raises:
         IntegrityError: the file is damaged or names a chunk outside the layout.
     """
-    table = manifest_format.from_parquet(storage.read(path), path, config.key_type, delta, fields)
+    data = storage.read(path)
+    groups = None
+    if superseded is not None:
+        groups = manifest_format.row_groups_needed(data, path, config.key_type, superseded)
+    table = manifest_format.from_parquet(data, path, config.key_type, delta, fields, groups)
     for name in table.column("chunk").unique().to_pylist():
         if name == "" and delta:
             continue  # deleted rows have no chunk
@@ -132,11 +141,25 @@ def compose_manifest(storage: Storage, config: StoreConfig, number: int) -> pa.T
     fields = declared_fields(config, version)
     pending, path = manifest_chain(storage, version, set(storage.names(layout.MANIFESTS)))
 
-    def checkpoint() -> pa.Table | None:
-        return None if path is None else read_manifest_file(storage, config, path, delta=False, fields=fields)
+    def checkpoint(superseded: Callable[[pa.Table], np.ndarray] | None) -> pa.Table | None:
+        if path is None:
+            return None
+        # Probing row groups costs a read of the key column: worth it only when the deltas
+        # mention half the keys the version holds or more (a rewrite that moved most records).
+        if superseded is not None and 2 * rows_mentioned < version.total:
+            superseded = None
+        return read_manifest_file(storage, config, path, delta=False, fields=fields, superseded=superseded)
 
-    deltas = (read_manifest_file(storage, config, delta, delta=True, fields=fields) for delta in pending)
-    return query.compose_newest_first(config.key_type, checkpoint, deltas, fields)
+    rows_mentioned = 0
+
+    def deltas() -> Iterator[pa.Table]:
+        nonlocal rows_mentioned
+        for delta in pending:
+            table = read_manifest_file(storage, config, delta, delta=True, fields=fields)
+            rows_mentioned += table.num_rows
+            yield table
+
+    return query.compose_newest_first(config.key_type, checkpoint, deltas(), fields)
 
 
 def manifest_chain(storage: Storage, version: Version, checkpoints: set[str]) -> tuple[list[str], str | None]:
