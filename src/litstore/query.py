@@ -229,9 +229,14 @@ def rows_in_chunks(table: pa.Table, chunks: Sequence[str], excluded: np.ndarray 
     rank = np.argsort(np.argsort(np.array(names, dtype=object))) if names else np.empty(0, dtype=np.intp)
     rows = table.column("row").to_numpy()[positions]
     order = positions[np.lexsort((rows, rank[codes[positions]]))]
-    if len(order) == table.num_rows and np.array_equal(order, np.arange(len(order))):
-        return table  # every row, already in order (a version's manifest usually is)
-    return table.take(pa.array(order, pa.int64()))
+    return taken(table, order)  # often every row, already in order (a version's manifest usually is)
+
+
+def taken(table: pa.Table, positions: np.ndarray) -> pa.Table:
+    """Rows ``positions`` of ``table``, in that order: ``table`` itself when that is every row in order."""
+    if len(positions) == table.num_rows and np.array_equal(positions, np.arange(len(positions))):
+        return table
+    return table.take(pa.array(positions, pa.int64()))
 
 
 def key_mask(table: pa.Table, keys: Sequence[Any]) -> np.ndarray:

@@ -212,9 +212,9 @@ def from_parquet(
 def row_groups_needed(data: bytes, path: str, key_type: str, superseded: Callable[[pa.Table], np.ndarray]) -> list[int]:
     """The row groups of a manifest file that hold a row ``superseded`` does not mark.
 
-    ``superseded`` gets each row group's ``key`` and ``key_hash`` columns (derived as
-    :func:`from_parquet` derives them) and returns a mask of the rows newer files
-    replace: a checkpoint that a rewrite superseded is then read only for its keys.
+    ``superseded`` gets the file's ``key`` and ``key_hash`` columns (derived as
+    :func:`from_parquet` derives them), read once, and returns a mask of the rows newer
+    files replace: a checkpoint that a rewrite superseded is then read only for its keys.
 
     Raises:
         IntegrityError: the file at ``path`` is damaged.
@@ -271,11 +271,6 @@ def columns_from_parquet(
         table = table.select(list(names)).cast(target)
     except (pa.ArrowException, OSError, KeyError, ValueError) as exc:
         raise IntegrityError(f"manifest file {path} is damaged: {exc}") from exc
-    if "key" in names and table.column("key").null_count:
-        # A keyless row names no record: a diff would report it as added or removed.
-        raise IntegrityError(
-            f"manifest file {path} is damaged: {table.column('key').null_count} of its rows have no key"
-        )
     if "change" in names:
         kinds = {kind for chunk in table.column("change").chunks for kind in chunk.dictionary.to_pylist()}
         if not kinds <= {str(kind) for kind in ChangeKind}:
@@ -293,7 +288,7 @@ def _with_key_hash(table: pa.Table, key_type: pa.DataType, derive: bool = True) 
     if "key" not in table.column_names:
         return table
     keys = table.column("key")
-    if keys.null_count:  # a keyless row names no record
+    if keys.null_count:  # a keyless row names no record (a diff would report it as added or removed)
         raise ValueError(f"{keys.null_count} of its rows have no key")
     text = pa.types.is_string(key_type)
     if not (

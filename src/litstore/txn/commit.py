@@ -153,14 +153,14 @@ def _relocate(head: Snapshot, current: Plan, progress: bool) -> tuple[Plan, Stag
     positions = np.flatnonzero(current.relocate)
     if not len(positions):
         return current, None
-    rows = _taken(current.rows, positions)
+    rows = query.taken(current.rows, positions)
     names, chunk_ids = manifest_format.chunk_codes(rows.column("chunk"))
     pieces, order = [], []
     for chunk_id, where, chunk_rows in by_chunk(chunk_ids, rows.column("row").to_numpy()):
         pieces.append(head.chunk_cache.items(names[chunk_id], chunk_rows))  # byte copies, read front to back
         order.append(where)
     read_order = np.concatenate(order)
-    positions, rows = positions[read_order], _taken(rows, read_order)  # in the order the items were read
+    positions, rows = positions[read_order], query.taken(rows, read_order)  # in the order the items were read
     moved = Moved(rows.select(["key", "key_hash", "content_hash", "split"]), pa.concat_arrays(pieces))
     moves, sources = write_fragment(
         head.storage, head.config, moved, progress, "moving records", current.chunk_bytes, fingerprinted=False
@@ -193,13 +193,6 @@ def _clash(head: Snapshot, keys: set[Any]) -> ConflictError | None:
         f"(now at version {head.version.number}): {describe(sorted(keys, key=repr))}; nothing was committed "
         "(Store.refresh() moves to the newest version, to read their changes or write over them)"
     )
-
-
-def _taken(table: pa.Table, positions: np.ndarray) -> pa.Table:
-    """Rows ``positions`` of ``table``, in that order: ``table`` itself when that is every row in order."""
-    if len(positions) == table.num_rows and np.array_equal(positions, np.arange(len(positions))):
-        return table
-    return table.take(pa.array(positions))
 
 
 def publish(

@@ -140,6 +140,7 @@ def compose_manifest(storage: Storage, config: StoreConfig, number: int) -> pa.T
     # add_fields writes a checkpoint, where the chain of every later version stops.
     fields = declared_fields(config, version)
     pending, path = manifest_chain(storage, version, set(storage.names(layout.MANIFESTS)))
+    rows_mentioned = 0  # rows of the deltas read so far
 
     def checkpoint(superseded: Callable[[pa.Table], np.ndarray] | None) -> pa.Table | None:
         if path is None:
@@ -149,8 +150,6 @@ def compose_manifest(storage: Storage, config: StoreConfig, number: int) -> pa.T
         if superseded is not None and 2 * rows_mentioned < version.total:
             superseded = None
         return read_manifest_file(storage, config, path, delta=False, fields=fields, superseded=superseded)
-
-    rows_mentioned = 0
 
     def deltas() -> Iterator[pa.Table]:
         nonlocal rows_mentioned
