@@ -248,9 +248,11 @@ def _kill_points(base: Path, scratch: Path) -> list[KillPoint]:
         calls, chunks = _steps(base, scratch, operation)
         names = [name for name, _ in calls]
         assert set(names) <= set(MUTATING)
-        assert names[0] == "staging" and names[-1] == "put_if_absent", names
+        # The stager's lease first; after the commit record only the leases are removed.
+        commit_at = len(names) - names[::-1].index("put_if_absent")
+        assert names[:2] == ["write", "staging"] and set(names[commit_at:]) <= {"delete"}, names
         final, _ = _outcome(operation, committed=True)
-        assert calls[-1][1] == f"versions/{final:08d}.json"
+        assert calls[commit_at - 1][1] == f"versions/{final:08d}.json"
         assert "write" in names and len(chunks) >= 3, (names, chunks)
         steps = list(enumerate(calls, start=1))
         if operation == "append-after-rival":
@@ -262,7 +264,7 @@ def _kill_points(base: Path, scratch: Path) -> list[KillPoint]:
         else:
             variants = [(index, when) for index, _ in steps for when in ("before", "after")]
         for index, when in variants:
-            commits = index == len(calls) and when == "after"
+            commits = index > commit_at or (index == commit_at and when == "after")
             points.append(KillPoint(operation, "storage", index, when, commits, " ".join(calls[index - 1])))
         # Chunk writes: every chunk of the append torn half-way, plus the first one never
         # written and the last one written in full; one torn chunk of the upsert and delete.
@@ -307,7 +309,7 @@ def _check_recovered(root: str, point: KillPoint) -> None:
     assert reopened.get_many(["k900", "k901"]) == [_record(900), _record(901)]
 
     # gc with no grace removes every file of the dead writer, and nothing a version needs.
-    reopened.gc(grace=timedelta(0))
+    reopened.gc(grace=timedelta(0), break_leases=True)
     stored = {path for path, _, _ in reopened.storage.walk("fragments")}
     listed = {
         chunk.filename
@@ -326,7 +328,7 @@ def test_kill_at_every_step_of_a_write_leaves_a_complete_version(
 ) -> None:
     points = _kill_points(base, tmp_path)
     assert len(points) >= 20
-    assert sum(point.commits for point in points) == len(OPERATIONS)
+    assert {point.operation for point in points if point.commits} == set(OPERATIONS)  # (then leases released)
     roots = [_copy(base, tmp_path / f"kill-{number}") for number in range(len(points))]
 
     for start in range(0, len(points), PARALLEL):
@@ -353,10 +355,11 @@ def test_killed_writer_debris_is_never_part_of_a_version(
     root = _copy(base, tmp_path / "store")
     store = litstore.open(root)
     before = {path for path, _, _ in store.storage.walk("fragments")}
-    # The last mutating call of an append is the commit record: die just before it.
+    # The last put_if_absent of an append is the commit record: die just before it.
     calls, _ = _steps(base, tmp_path, "append")
+    commit_at = len(calls) - [name for name, _ in calls][::-1].index("put_if_absent")
     child = forkserver.Process(  # type: ignore[attr-defined]
-        target=_crash, args=(root, "append", "storage", len(calls), "before")
+        target=_crash, args=(root, "append", "storage", commit_at, "before")
     )
     child.start()
     child.join(timeout=120)
@@ -370,7 +373,7 @@ def test_killed_writer_debris_is_never_part_of_a_version(
     assert not debris & listed
     report = store.gc()  # fresh debris is within the grace period: kept
     assert not set(report.removed_files) & debris
-    report = store.gc(grace=timedelta(0))
+    report = store.gc(grace=timedelta(0), break_leases=True)
     assert debris <= set(report.removed_files)
     assert not debris & {path for path, _, _ in store.storage.walk("fragments")}
     assert store.verify(expected_keys=BASE).ok

@@ -32,6 +32,7 @@ from tests.conftest import tree_state
 
 SPLITS = litstore.HashSplit(train=0.8, val=0.2)
 TWO_HOURS_AGO = time.time() - 2 * 3600
+TWO_DAYS_AGO = time.time() - 2 * 24 * 3600  # past a staged fragment's lease (one day)
 
 Record = dict[str, Any]
 
@@ -212,7 +213,8 @@ def _stale_debris(store: litstore.Store) -> tuple[litstore.StagedFragment, list[
         (root / path).parent.mkdir(parents=True, exist_ok=True)
         (root / path).write_bytes(b"left behind by a writer that died while publishing")
     debris = fragment + published
-    _age(root, debris)
+    _age(root, published)
+    _age(root, fragment, TWO_DAYS_AGO)
     return staged, debris
 
 
@@ -233,10 +235,11 @@ def test_debris_is_removed_only_after_the_grace_period(history: History) -> None
     assert set(fresh_files) <= set(after)
     _check_kept(root, history.contents, list(range(7)))
 
-    # With a grace period shorter than its age, the fresh debris goes too.
+    # A grace period shorter than its age does not break its lease; break_leases does.
     _age(root, fresh_files, time.time() - 120)
     assert store.gc(grace=timedelta(hours=1)).removed_files == []
-    report = store.gc(grace=timedelta(minutes=1))
+    assert store.gc(grace=timedelta(minutes=1)).removed_files == []
+    report = store.gc(grace=timedelta(minutes=1), break_leases=True)
     assert sorted(report.removed_files) == sorted(fresh_files)
     _check_kept(root, history.contents, list(range(7)))
 

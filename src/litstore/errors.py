@@ -19,6 +19,7 @@ built-in type, the error also derives from it, so ``except KeyError`` keeps work
     ├── QueryError (ValueError)              ``store.sql`` was given a query DuckDB rejects
     ├── StreamStateError (ValueError)        a loader state saved on another version or subset
     ├── ConflictError                        another writer committed the same version first
+    ├── StagedFragmentExpiredError           a staged fragment's files are gone (gc, or another store's)
     ├── IngestError                          ``Store.ingest``'s function failed on an input, or a worker died
     ├── MissingDependencyError (ImportError) an optional dependency (pandas, polars, ray, ...) is not installed
     ├── IntegrityError                       data does not match what was committed
@@ -210,6 +211,15 @@ class StreamStateError(LitstoreError, ValueError):
 
 class ConflictError(LitstoreError):
     """Another writer committed the version this write meant to create."""
+
+
+class StagedFragmentExpiredError(LitstoreError):
+    """A staged fragment handed to ``commit`` does not have its files in this store; nothing was committed.
+
+    Its lease ran out and gc removed (or is removing) it, or it was staged by another
+    store. Stage the records again; pass a longer ``lease=`` to ``Store.stage`` for jobs
+    that commit more than a day after they stage.
+    """
 
 
 class IngestError(LitstoreError):

@@ -44,7 +44,7 @@ from litstore.format.models import (
 from litstore.snapshot import MISSING, Key, Record, Snapshot, VersionRef
 from litstore.storage import Storage, open_storage
 from litstore.tags import Tags
-from litstore.txn import log
+from litstore.txn import leases, log
 
 if TYPE_CHECKING:
     import pandas
@@ -252,17 +252,22 @@ class Store:
 
     # -- writing -----------------------------------------------------------------
 
-    def stage(self, records: Iterable[Any], *, progress: bool = False) -> txn.StagedFragment:
+    def stage(
+        self, records: Iterable[Any], *, lease: timedelta | None = None, progress: bool = False
+    ) -> txn.StagedFragment:
         """Validate and write ``records`` into a new fragment, not yet part of any version.
 
         Commit one or more staged fragments, from any process, with :meth:`commit`.
+        gc leaves the fragment alone for ``lease`` (default one day) after it was staged;
+        a commit after that may find it removed (``StagedFragmentExpiredError``).
 
         Raises:
             KeyFieldError, DuplicateKeyError, SchemaError, SplitError: the records were
                 rejected; nothing was written.
         """
         self._require_model()
-        return txn.stage(self.storage, self.config, self._runs(records, progress), progress)
+        seconds = leases.lease_seconds(lease)
+        return txn.stage(self.storage, self.config, self._runs(records, progress), progress, lease=seconds)
 
     def commit(
         self,
@@ -539,6 +544,7 @@ class Store:
         *,
         dry_run: bool = False,
         grace: timedelta | None = None,
+        break_leases: bool = False,
         progress: bool = False,
     ) -> GCReport:
         """Expire old versions and delete the files no kept version references (see :mod:`litstore.ops.gc`).
@@ -547,12 +553,23 @@ class Store:
         versions and those created after ``older_than``. With neither, every version
         is kept and only debris of writers that never committed is removed. Files
         younger than ``grace`` (default one hour) are never removed unless an expired
-        version referenced them, so a live writer never loses its files.
+        version referenced them, so a live writer never loses its files, and staged
+        fragments are kept while their lease holds (``Store.stage(lease=)``, one day by
+        default) unless ``break_leases`` (then a commit of one raises
+        ``StagedFragmentExpiredError``). Ages are judged by the storage's clock.
         """
         from litstore.ops import gc
 
         self.refresh()
-        return gc.collect(self._head, keep_last, older_than, dry_run=dry_run, grace=grace, progress=progress)
+        return gc.collect(
+            self._head,
+            keep_last,
+            older_than,
+            dry_run=dry_run,
+            grace=grace,
+            break_leases=break_leases,
+            progress=progress,
+        )
 
     def _require_model(self) -> None:
         if self.config.record_schema is not None and self._head.model is None:

@@ -1,23 +1,30 @@
 """A store's tags: names for versions, as a read-only mapping with ways to change it.
 
 ``tags/<name>.json`` is a :class:`~litstore.format.models.Tag`. A tag never moves
-silently: naming another version with an existing tag needs ``move=True``.
+silently: naming another version with an existing tag needs ``move=True``. A tag
+that ``create`` returned protects its version from every gc, including one that was
+running while it was created.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator, Mapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from litstore.errors import TagError, VersionNotFoundError
+from litstore.errors import ConflictError, TagError, VersionNotFoundError
 from litstore.format import layout
-from litstore.format.models import Tag, check_tag_name
+from litstore.format.models import Tag, Version, check_tag_name
 from litstore.txn import log
 
 if TYPE_CHECKING:
     from litstore.snapshot import VersionRef
     from litstore.store import Store
+
+
+#: How long creating a tag waits for a gc that is expiring its version to finish, in seconds.
+_GC_WAIT = 10.0
 
 
 class Tags(Mapping[str, int]):
@@ -63,6 +70,7 @@ class Tags(Mapping[str, int]):
         tag = Tag(name=name, version=number, created_at=datetime.now(UTC))
         data = tag.model_dump_json(indent=1).encode()
         if storage.put_if_absent(layout.tag(name), data):
+            self._outlive_gc(tag, None)
             return tag
         current = log.read_tag(storage, name)
         if current.version == number:
@@ -72,7 +80,42 @@ class Tags(Mapping[str, int]):
                 f"tag {name!r} already names version {current.version}; pass move=True to point it at {number}"
             )
         storage.write(layout.tag(name), data)
+        self._outlive_gc(tag, current)
         return tag
+
+    def _outlive_gc(self, tag: Tag, replaced: Tag | None) -> None:
+        """Make sure the version ``tag`` names was not expired by a gc that read the tags before it was written.
+
+        gc marks the versions it will expire, then reads the tags again (see
+        :mod:`litstore.ops.gc`): if no mark is there now, any gc still to expire the
+        version will see this tag. While marks are there, wait for them to go; if the
+        version was expired after all, the tag is undone (``replaced`` written back).
+
+        Raises:
+            VersionNotFoundError: gc expired the version while the tag was being written.
+            ConflictError: a gc keeps marking the version for longer than this waits.
+        """
+        storage = self._store.storage
+        deadline = time.monotonic() + _GC_WAIT
+        while storage.names(layout.expiring(tag.version)) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        marked = bool(storage.names(layout.expiring(tag.version)))
+        record = log.read_record(storage, tag.version)
+        if isinstance(record, Version) and not marked:
+            return
+        if replaced is None:
+            storage.delete(layout.tag(tag.name))
+        else:
+            storage.write(layout.tag(tag.name), replaced.model_dump_json(indent=1).encode())
+        if isinstance(record, Version):
+            raise ConflictError(
+                f"gc is expiring version {tag.version} (or a gc was killed while doing so; the next gc clears "
+                f"that after its grace period): tag {tag.name!r} was not created; try again"
+            )
+        raise VersionNotFoundError(
+            f"version {tag.version} was expired by a gc that ran while tag {tag.name!r} was being created; "
+            "the tag was not created"
+        )
 
     def delete(self, name: str) -> None:
         """Remove tag ``name`` (the version it named stays).

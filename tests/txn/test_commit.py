@@ -94,7 +94,8 @@ def test_an_uncommitted_fragment_is_invisible_and_gc_removes_it(tmp_path: Path) 
     fragment = store.stage([record(i) for i in range(30)])
     files = _fragment_files(tmp_path / "s", fragment)
     assert files and len(litstore.open(store.root)) == 0
-    old = 1_000_000_000
+    files = sorted((tmp_path / "s" / layout.fragment(fragment.transaction)).iterdir())  # its lease too
+    old = 1_000_000_000  # older than its lease
     for path in files:
         os.utime(path, (old, old))
     removed = store.gc().removed_files

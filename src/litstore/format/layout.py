@@ -6,6 +6,10 @@
     manifests/<v>-<txn>.parquet                     manifest delta of version v
     manifests/<v>-<txn>.checkpoint.parquet          full manifest at version v (some versions)
     fragments/<txn>/chunk-<txn>-<n>.bin             litdata chunks, written once, never changed
+    fragments/<txn>/lease-<id>.json                 FragmentLease: gc leaves the fragment alone while it runs
+    fragments/<txn>/doomed-<id>.json                gc is removing files of the fragment (commits refuse it)
+    fragments/<id>/clock.json                       gc's probe of the storage's own clock (removed at once)
+    versions/<v>.expiring/<id>.json                 gc is about to expire version v (tags wait for it)
     tags/<name>.json                                Tag: a name for a version
 
 ``<txn>`` is the id of the write attempt (also its fragment id). Every file a writer
@@ -56,11 +60,19 @@ def check_chunk(path: str) -> str:
 
 _OWN_FILES = re.compile(
     r"fragments/[0-9a-f]{20}/chunk-[0-9a-f]{20}-\d{1,9}\.bin"
+    r"|fragments/[0-9a-f]{20}/((lease|doomed)-[0-9a-f]{20}|clock)\.json"
+    r"|versions/\d{8,}\.expiring/[0-9a-f]{20}\.json"
     r"|manifests/\d{8,}-[0-9a-f]{20}(\.checkpoint)?\.parquet"
     r"|versions/\d{8,}-[0-9a-f]{20}/[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}/index\.json"
     r"|versions/turn\.claim"
 )
 _TEMPORARY = re.compile(r"(.*/)?\.tmp-[0-9a-f]{32}-[^/]+")
+
+
+def is_chunk(path: str) -> bool:
+    """Whether ``path`` names a chunk as litstore writes them."""
+    match = _CHUNK.fullmatch(path)
+    return match is not None and match.group(1) == match.group(2)
 
 
 def is_own_file(path: str) -> bool:
@@ -108,6 +120,40 @@ def fragment(transaction: str) -> str:
 
 def chunk(transaction: str, number: int) -> str:
     return f"{FRAGMENTS}/{transaction}/chunk-{transaction}-{number}.bin"
+
+
+def lease(transaction: str, holder: str) -> str:
+    """A lease on fragment ``transaction`` taken by ``holder`` (the stager, or a commit)."""
+    return f"{FRAGMENTS}/{transaction}/lease-{holder}.json"
+
+
+def doomed(transaction: str, collector: str) -> str:
+    """The mark gc ``collector`` sets on fragment ``transaction`` before it removes any of its files."""
+    return f"{FRAGMENTS}/{transaction}/doomed-{collector}.json"
+
+
+def is_lease(name: str) -> bool:
+    """Whether a file name inside a fragment directory is a lease."""
+    return re.fullmatch(r"lease-[0-9a-f]{20}\.json", name) is not None
+
+
+def is_doomed_mark(name: str) -> bool:
+    """Whether a file name inside a fragment directory is gc's mark that it is removing files."""
+    return re.fullmatch(r"doomed-[0-9a-f]{20}\.json", name) is not None
+
+
+def clock_probe(collector: str) -> str:
+    """The file gc ``collector`` writes to read the storage's own clock."""
+    return f"{FRAGMENTS}/{collector}/clock.json"
+
+
+def expiring(number: int) -> str:
+    """The directory of marks by gcs about to expire version ``number``."""
+    return f"{VERSIONS}/{version_name(number)}.expiring"
+
+
+def expiring_mark(number: int, collector: str) -> str:
+    return f"{expiring(number)}/{collector}.json"
 
 
 def version_numbers(names: list[str]) -> list[int]:

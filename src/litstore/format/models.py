@@ -360,6 +360,23 @@ CommitRecord = Annotated[
 COMMIT_RECORD: TypeAdapter[Version | ExpiredVersion] = TypeAdapter(CommitRecord)
 
 
+class FragmentLease(_Frozen):
+    """``fragments/<fragment>/lease-<holder>.json``: gc removes none of the fragment's files while it holds.
+
+    A lease holds for ``seconds`` after the storage wrote the file (its modification
+    time on the storage's own clock, never a writer's): ``taken_at`` is the holder's
+    clock, for people reading it. The stager takes one, and so does a commit that
+    publishes a fragment staged long ago; a commit that published the fragment removes
+    them (a committed fragment is kept by the versions that list it).
+    """
+
+    format_version: int = FORMAT_VERSION
+    fragment: str
+    holder: str
+    seconds: float = Field(gt=0, le=366 * 24 * 3600)
+    taken_at: datetime
+
+
 _TAG_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.@+-]{0,127}")
 
 

@@ -21,12 +21,30 @@ expired one gets a checkpoint first, and tombstones are written newest first, so
 gc killed at any point leaves every listed version readable, and the next gc
 finishes the work.
 
-Concurrency: a file is removed only if it is older than ``grace`` (default one hour)
-or referenced by an expired version, so a writer that is still staging or
-publishing never loses its files, provided no single write takes longer than
-``grace``. A reader that opened a version before gc expired it may fail to read
-chunks that gc then removes; keep versions readers still use (tag them, or
-``older_than``).
+One clock: every age gc judges (``grace``, leases, ``older_than``) is measured on
+the storage's own clock (:func:`litstore.txn.leases.storage_clock`: the time it
+stamps on a file gc writes), never its host's, so a host whose clock runs ahead
+cannot make young files look old. ``older_than`` keeps a version if its recorded
+time (the writer's clock, never earlier than its parent's) *or* its commit record's
+time on the storage is recent, so a writer whose clock was slow cannot get its
+version expired seconds after it committed.
+
+Concurrency:
+
+- Staged fragments are protected by leases (:mod:`litstore.txn.leases`, one day by
+  default): gc removes no file of a fragment while a lease on it holds, and marks a
+  fragment before it removes anything, so a commit either sees the mark and
+  publishes nothing (``StagedFragmentExpiredError``) or gc sees the commit's lease
+  and leaves the fragment alone. Other files are removed only if older than
+  ``grace`` (default one hour) or referenced by an expired version, so a writer that
+  is publishing never loses its files.
+- A tag protects its version against a gc already running: gc marks each version it
+  is about to expire (``versions/<v>.expiring/<gc>.json``), reads the tags again, keeps
+  the versions a tag now names, and only then writes tombstones; a tag created
+  meanwhile waits for the marks to go and undoes itself (``VersionNotFoundError``) if
+  its version was expired after all (``Tags.create``).
+- A reader that opened a version before gc expired it may fail to read chunks that
+  gc then removes; keep versions readers still use (tag them, or ``older_than``).
 """
 
 from __future__ import annotations
@@ -39,11 +57,11 @@ from typing import TYPE_CHECKING
 
 from tqdm.auto import tqdm
 
-from litstore.errors import InvalidArgumentError
+from litstore.errors import InvalidArgumentError, StorageError
 from litstore.format import layout
 from litstore.format.models import ExpiredVersion, Version
-from litstore.storage import Storage
-from litstore.txn import log
+from litstore.storage import FileInfo, Storage
+from litstore.txn import leases, log
 
 if TYPE_CHECKING:
     from litstore.snapshot import Snapshot
@@ -77,9 +95,18 @@ class GCReport:
 
 
 def choose_kept(
-    versions: list[Version], tagged: Iterable[int], keep_last: int | None, older_than: timedelta | datetime | None
+    versions: list[Version],
+    tagged: Iterable[int],
+    keep_last: int | None,
+    older_than: timedelta | datetime | None,
+    now: float | None = None,
+    recorded: dict[int, float] | None = None,
 ) -> set[int]:
     """The version numbers gc keeps.
+
+    ``now`` is the storage's time (default: this host's) and ``recorded`` the storage's
+    time of each commit record: ``older_than`` keeps a version whose recorded time or
+    commit record is recent.
 
     Raises:
         InvalidArgumentError: ``keep_last`` is below 1 or ``older_than`` is of the wrong type.
@@ -96,10 +123,15 @@ def choose_kept(
         if isinstance(older_than, datetime):
             cutoff = older_than if older_than.tzinfo else older_than.replace(tzinfo=UTC)
         elif isinstance(older_than, timedelta):
-            cutoff = datetime.now(UTC) - older_than
+            cutoff = datetime.fromtimestamp(time.time() if now is None else now, UTC) - older_than
         else:
             raise InvalidArgumentError(f"older_than must be a timedelta or a datetime, got {older_than!r}")
-        kept.update(version.number for version in versions if version.created_at >= cutoff)
+        recorded = recorded or {}
+        kept.update(
+            version.number
+            for version in versions
+            if version.created_at >= cutoff or recorded.get(version.number, 0.0) >= cutoff.timestamp()
+        )
     return kept & set(numbers)
 
 
@@ -124,65 +156,157 @@ def collect(
     *,
     dry_run: bool = False,
     grace: timedelta | None = None,
+    break_leases: bool = False,
     progress: bool = False,
 ) -> GCReport:
-    """Expire the versions gc does not keep and remove every file no kept version needs."""
+    """Expire the versions gc does not keep and remove every file no kept version needs.
+
+    With ``break_leases``, staged fragments are removed even while their leases hold
+    (debris of killed writers, at once): a commit that would still publish one then
+    raises ``StagedFragmentExpiredError`` instead.
+    """
     grace = DEFAULT_GRACE if grace is None else grace
     if not isinstance(grace, timedelta):
         raise InvalidArgumentError(f"grace must be a timedelta, got {grace!r}")
     storage, config = head.storage, head.config
+    collector = layout.new_transaction()  # this gc, in the marks it leaves
+    now = leases.storage_clock(storage, collector)
     versions = head.versions()
-    tagged = [log.read_tag(storage, name).version for name in log.tag_names(storage)]
-    kept = choose_kept(versions, tagged, keep_last, older_than)
-    expired = [version for version in versions if version.number not in kept]
+    recorded = _record_times(storage)
+    kept = choose_kept(versions, _tagged(storage), keep_last, older_than, now, recorded)
     # Every index is read (and its chunk names checked) before anything is written, so a
     # store gc refuses is left as it was.
-    needed: set[str] = {layout.CONFIG}
-    for version in versions:
-        if version.number in kept:
-            needed |= referenced_files(storage, version)
-    expired_files: set[str] = set()
-    for version in expired:
-        expired_files |= referenced_files(storage, version)
+    references = {version.number: referenced_files(storage, version) for version in versions}
     written: list[int] = []
-    if expired and not dry_run:
-        checkpoints = [
-            (version, log.compose_manifest(storage, config, version.number))
-            for version in _needing_checkpoints(storage, versions, kept)
-        ]
-        for version, full in checkpoints:
-            log.write_checkpoint(storage, config, version, full)
-            written.append(version.number)
-    cutoff = time.time() - grace.total_seconds()
-    doomed: list[tuple[str, int]] = []
-    for prefix in (layout.FRAGMENTS, layout.MANIFESTS, layout.VERSIONS):
-        for found in storage.walk(prefix):
-            if found.path in needed or not layout.is_own_file(found.path):
-                continue  # commit records are never deleted (expired ones become tombstones), nor strangers' files
-            if found.path in expired_files or found.modified < cutoff:
-                doomed.append((found.path, found.size))
-        doomed.extend(
-            (found.path, found.size)
-            for found in storage.temporary_files(prefix)
-            if found.modified < cutoff and layout.is_temporary(found.path)
-        )
-    doomed.sort()
-    if not dry_run:
-        # Tombstones first, newest first: any version not yet tombstoned stays readable.
-        now = datetime.now(UTC)
-        for version in sorted(expired, key=lambda version: -version.number):
-            tombstone = ExpiredVersion(number=version.number, expired_at=now)
-            storage.write(layout.version_record(version.number), tombstone.model_dump_json().encode())
-        for path, _ in tqdm(doomed, desc="removing unreferenced files", unit="file", disable=not progress):
-            storage.delete(path)
+    marked: list[int] = []
+    try:
+        if not dry_run:
+            while True:
+                for version in _needing_checkpoints(storage, versions, kept):
+                    if version.number not in written:
+                        full = log.compose_manifest(storage, config, version.number)
+                        log.write_checkpoint(storage, config, version, full)
+                        written.append(version.number)
+                expiring = [version.number for version in versions if version.number not in kept]
+                for number in expiring:
+                    if number not in marked:
+                        storage.write(layout.expiring_mark(number, collector), b"{}")
+                        marked.append(number)
+                tagged_now = set(_tagged(storage)) & set(expiring)  # tags created since gc started
+                if not tagged_now:
+                    break
+                kept |= tagged_now
+        expired = [version for version in versions if version.number not in kept]
+        needed: set[str] = {layout.CONFIG}
+        expired_files: set[str] = set()
+        for version in versions:
+            (needed if version.number in kept else expired_files).update(references[version.number])
+        cutoff = now - grace.total_seconds()
+        doomed: list[tuple[str, int]] = []
+        by_fragment: dict[str, list[FileInfo]] = {}
+        for found in storage.walk(layout.FRAGMENTS):
+            by_fragment.setdefault(found.path.split("/")[1], []).append(found)
+        for listing in by_fragment.values():
+            if not break_leases and leases.holds(storage, listing, now):
+                continue  # a stager or a commit may still publish it
+            doomed.extend(_removable(listing, needed, expired_files, cutoff))
+        for prefix in (layout.MANIFESTS, layout.VERSIONS):
+            doomed.extend(_removable(storage.walk(prefix), needed, expired_files, cutoff))
+        for prefix in (layout.FRAGMENTS, layout.MANIFESTS, layout.VERSIONS, layout.TAGS):
+            doomed.extend(
+                (found.path, found.size)
+                for found in storage.temporary_files(prefix)
+                if found.modified < cutoff and layout.is_temporary(found.path)
+            )
+        doomed.sort()
+        removed = doomed
+        if not dry_run:
+            # Tombstones first, newest first: any version not yet tombstoned stays readable.
+            expired_at = datetime.fromtimestamp(now, UTC)
+            for version in sorted(expired, key=lambda version: -version.number):
+                tombstone = ExpiredVersion(number=version.number, expired_at=expired_at)
+                storage.write(layout.version_record(version.number), tombstone.model_dump_json().encode())
+            removed = _remove(storage, doomed, collector, None if break_leases else now, progress)
+    finally:
+        for number in marked:
+            try:
+                storage.delete(layout.expiring_mark(number, collector))
+            except StorageError:
+                pass  # a stale mark is removed by a later gc once older than its grace
     return GCReport(
         dry_run=dry_run,
         kept_versions=sorted(kept),
         expired_versions=[version.number for version in expired],
-        removed_files=[path for path, _ in doomed],
-        removed_bytes=sum(size for _, size in doomed),
+        removed_files=[path for path, _ in removed],
+        removed_bytes=sum(size for _, size in removed),
         checkpoints_written=written,
     )
+
+
+def _tagged(storage: Storage) -> list[int]:
+    return [log.read_tag(storage, name).version for name in log.tag_names(storage)]
+
+
+def _record_times(storage: Storage) -> dict[int, float]:
+    """The storage's time of each commit record (its last write)."""
+    times: dict[int, float] = {}
+    for found in storage.walk(layout.VERSIONS):
+        name = found.path.removeprefix(f"{layout.VERSIONS}/")
+        numbers = layout.version_numbers([name])
+        if numbers:
+            times[numbers[0]] = found.modified
+    return times
+
+
+def _removable(
+    listing: Iterable[FileInfo], needed: set[str], expired_files: set[str], cutoff: float
+) -> list[tuple[str, int]]:
+    """The files of ``listing`` gc may remove: its own files that no kept version needs, and that an
+    expired version listed or that are older than ``cutoff`` (commit records never: they become tombstones)."""
+    return [
+        (found.path, found.size)
+        for found in listing
+        if found.path not in needed
+        and layout.is_own_file(found.path)
+        and (found.path in expired_files or found.modified < cutoff)
+    ]
+
+
+def _remove(
+    storage: Storage, doomed: list[tuple[str, int]], collector: str, now: float | None, progress: bool
+) -> list[tuple[str, int]]:
+    """Remove ``doomed``; what was removed. A fragment's chunks go only under gc's mark, and only if no
+    commit leased the fragment meanwhile (:mod:`litstore.txn.leases`), judged at storage time ``now``
+    (``None``: leases are broken)."""
+    chunks: dict[str, list[tuple[str, int]]] = {}
+    others: list[tuple[str, int]] = []
+    for path, size in doomed:
+        if layout.is_chunk(path):
+            chunks.setdefault(path.split("/")[1], []).append((path, size))
+        else:
+            others.append((path, size))
+    removed: list[tuple[str, int]] = []
+    bar = tqdm(total=len(doomed), desc="removing unreferenced files", unit="file", disable=not progress)
+    try:
+        for fragment, files in sorted(chunks.items()):
+            mark = layout.doomed(fragment, collector)
+            storage.write(mark, b"{}")
+            try:
+                if now is not None and leases.holds(storage, storage.walk(layout.fragment(fragment)), now):
+                    continue  # a commit leased it after gc looked: it stays
+                for path, size in files:
+                    storage.delete(path)
+                    removed.append((path, size))
+                    bar.update()
+            finally:
+                storage.delete(mark)
+        for path, size in others:
+            storage.delete(path)
+            removed.append((path, size))
+            bar.update()
+    finally:
+        bar.close()
+    return sorted(removed)
 
 
 def _needing_checkpoints(storage: Storage, versions: list[Version], kept: set[int]) -> list[Version]:

@@ -22,6 +22,7 @@ the record may name (the new files, the moved rows, the staged fragments) is rem
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import random
 import time
@@ -35,14 +36,21 @@ import pyarrow.compute as pc
 
 from litstore import query
 from litstore._litdata.index import ChunkInfo, index_document
-from litstore.errors import ConflictError, StorageError, UncertainCommitError, VersionNotFoundError, describe
+from litstore.errors import (
+    ConflictError,
+    StagedFragmentExpiredError,
+    StorageError,
+    UncertainCommitError,
+    VersionNotFoundError,
+    describe,
+)
 from litstore.format import hashing, layout
 from litstore.format import manifest as manifest_format
 from litstore.format.manifest import ChangeKind
 from litstore.format.models import ExpiredVersion, Operation, Version, declared_fields
 from litstore.read.groups import by_chunk
 from litstore.read.keyindex import KeyIndex
-from litstore.txn import claims, log
+from litstore.txn import claims, leases, log
 from litstore.txn.plan import Mode, Plan, plan
 from litstore.txn.stage import Moved, StagedFragment, discard, write_fragment
 
@@ -97,7 +105,8 @@ def commit(
         return head
     operation = operation or ("delete" if not fragments else mode)
     moves: StagedFragment | None = None
-    owner = layout.new_transaction()  # who this commit is, in claims
+    owner = layout.new_transaction()  # who this commit is, in claims and leases
+    _secure(head, fragments, owner)
     claimed = False
     planned_fields = _fields(head)  # a rebase onto a head that declared other fields must plan again
     try:
@@ -126,6 +135,9 @@ def commit(
                     current, moves = _relocate(head, current, progress)
                 time.sleep(_pause(attempt))
                 continue
+            leases.release(head.storage, [fragment.transaction for fragment in fragments if fragment.chunks])
+            if moves is not None:
+                leases.release(head.storage, [moves.transaction])
             return head.successor(version, chunks, _next_index(head, current), composed)
     except BaseException as exc:
         if moves is not None and not isinstance(exc, UncertainCommitError):  # a record may list the moves
@@ -135,6 +147,26 @@ def commit(
         if claimed:
             claims.release(head.storage, owner)
     raise ConflictError(f"gave up after {_MAX_ATTEMPTS} attempts to commit; nothing was committed")
+
+
+def _secure(head: Snapshot, fragments: Sequence[StagedFragment], owner: str) -> None:
+    """Lease every staged fragment for this commit, then check that its chunks are all there.
+
+    Raises:
+        StagedFragmentExpiredError: a fragment's chunks are missing (gc removed them, or
+            it was staged by another store) or gc is removing them.
+    """
+    for fragment in fragments:
+        listed = [(chunk.filename, chunk.num_bytes) for chunks in fragment.chunks.values() for chunk in chunks]
+        if not listed:
+            continue
+        leases.take(head.storage, fragment.transaction, owner, fragment.lease)
+        try:
+            leases.check_present(head.storage, fragment.transaction, listed)
+        except StagedFragmentExpiredError:
+            with contextlib.suppress(StorageError):  # leave the store as it was
+                head.storage.delete(layout.lease(fragment.transaction, owner))
+            raise
 
 
 def _pause(attempt: int) -> float:
@@ -257,7 +289,7 @@ def publish(
         number=number,
         parent=parent.number,
         operation=operation,
-        created_at=datetime.now(UTC),
+        created_at=commit_time(parent),
         counts=counts,
         fingerprint=hashing.fingerprint_hex(int(parent.fingerprint, 16) + _fingerprint_change(current)),
         added=current.count(ChangeKind.ADDED),
@@ -282,6 +314,16 @@ def publish(
                 pass  # an unreferenced file: gc removes it; the lost race is what matters
         raise ConflictError(f"version {number} was committed by another writer first")
     return version, chunks, _composer(head, delta, full)
+
+
+def commit_time(parent: Version) -> datetime:
+    """The time a version on ``parent`` records: the writer's clock, but never earlier than ``parent``'s.
+
+    Times along the version chain never go back, so ``at(datetime)`` and gc's
+    ``older_than`` see versions in commit order even when writers' clocks disagree
+    (a writer whose clock is slow stamps its parent's time instead).
+    """
+    return max(datetime.now(UTC), parent.created_at)
 
 
 def _composer(head: Snapshot, delta: pa.Table, full: pa.Table | None) -> Callable[[], pa.Table] | None:

@@ -9,7 +9,6 @@ declared set. Older versions keep the fields they had.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -19,7 +18,7 @@ from litstore.format import fields as field_format
 from litstore.format import layout
 from litstore.format import manifest as manifest_format
 from litstore.format.models import Version, declared_fields
-from litstore.txn.commit import catch_up, put_commit_record
+from litstore.txn.commit import catch_up, commit_time, put_commit_record
 
 if TYPE_CHECKING:
     from litstore.snapshot import Snapshot
@@ -112,7 +111,7 @@ def _write(
         number=number,
         parent=parent.number,
         operation="add_fields",
-        created_at=datetime.now(UTC),
+        created_at=commit_time(parent),
         counts=dict(parent.counts),
         fingerprint=parent.fingerprint,
         transaction=transaction,

@@ -36,6 +36,7 @@ from litstore.format import hashing, layout
 from litstore.format import manifest as manifest_format
 from litstore.format.models import StoreConfig
 from litstore.storage import Storage
+from litstore.txn import leases
 from litstore.txn.records import Batch
 
 
@@ -50,12 +51,15 @@ class StagedFragment:
             ``split``, ``chunk``, ``row``, then the declared fields), in the order they were written.
         fingerprint: what its records add to a version's fingerprint (the sum of their
             pair hashes, 32 hex digits), so a commit need not hash every record again.
+        lease: how many seconds after staging gc leaves the fragment alone
+            (:mod:`litstore.txn.leases`); a commit renews it for as long again.
     """
 
     transaction: str
     chunks: dict[str, tuple[ChunkInfo, ...]]
     rows: pa.Table = field(repr=False)
     fingerprint: str = hashing.fingerprint_hex(0)
+    lease: float = leases.DEFAULT_LEASE.total_seconds()
 
     def __len__(self) -> int:
         return int(self.rows.num_rows)
@@ -85,6 +89,7 @@ def stage(
     description: str = "writing records",
     chunk_bytes: int | None = None,
     fingerprinted: bool = True,
+    lease: float = leases.DEFAULT_LEASE.total_seconds(),
 ) -> StagedFragment:
     """Write ``runs`` (one batch or a stream of them) into a new fragment.
 
@@ -99,7 +104,9 @@ def stage(
     Raises:
         IntegrityError: the written chunks do not hold every record exactly once.
     """
-    return write_fragment(storage, config, runs, progress, description, chunk_bytes, fingerprinted, sources=False)[0]
+    return write_fragment(
+        storage, config, runs, progress, description, chunk_bytes, fingerprinted, sources=False, lease=lease
+    )[0]
 
 
 def write_fragment(
@@ -111,6 +118,7 @@ def write_fragment(
     chunk_bytes: int | None = None,
     fingerprinted: bool = True,
     sources: bool = True,
+    lease: float = leases.DEFAULT_LEASE.total_seconds(),
 ) -> tuple[StagedFragment, np.ndarray]:
     """:func:`stage`, and where each of the fragment's rows came from: row ``i`` holds record ``sources[i]``
     of the input (the runs' records numbered one after another).
@@ -127,6 +135,7 @@ def write_fragment(
     written: list[pa.Table] = []  # rows in the order they entered each split's chunk stream
     bar = tqdm(desc=description, unit="rec", disable=not progress)
     try:
+        leases.take(storage, transaction, transaction, lease)
         with storage.staging(prefix) as directory:
             runs_seen = 0
             fingerprint = 0
@@ -168,12 +177,14 @@ def write_fragment(
                 if twice:
                     raise DuplicateKeyError(f"{len(twice)} keys appear more than once in the input: {describe(twice)}")
             _check_landed(directory, prefix, rows)
+        if not any(chunks.values()):
+            storage.delete_tree(prefix)  # nothing staged: no files to lease, commit or collect
     except BaseException:
         storage.delete_tree(prefix)
         raise
     finally:
         bar.close()
-    fragment = StagedFragment(transaction, chunks, rows, hashing.fingerprint_hex(fingerprint))
+    fragment = StagedFragment(transaction, chunks, rows, hashing.fingerprint_hex(fingerprint), lease)
     # _locate lays the splits out in name order, each split's runs in the order they came.
     placed = [positions for split in sorted(chunks) for name, positions in taken_from if name == split]
     return fragment, np.concatenate(placed) if placed else np.empty(0, dtype=np.intp)
