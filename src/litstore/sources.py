@@ -22,14 +22,16 @@ absolute, holds ``..``, or leads through a symlink out of the root is refused, n
 where, unless the caller passes ``allow_outside=True``; only regular files are read (a
 FIFO or a device is refused, never waited on). A Hugging Face image that is only a path
 has no root, so it is refused unless ``allow_outside=True``. A LitData folder is read
-by litstore itself, never by litdata's reader: a folder whose items need a serializer
-that can run code (``pickle``) is refused before any item is read.
+by litstore itself, never by litdata's reader, so nothing its author wrote runs: a
+folder whose items need a serializer litstore does not decode (``graph``, ...) is
+refused before any chunk is read, and a ``pickle`` leaf (litdata stores ``None`` so) is
+read only if its bytes are a pickled ``None``, compared and never unpickled.
 
 Paths are local paths. A problem found when the source is named (a LitData folder
-stored with ``pickle``, a symlink out of a folder) raises
+stored with ``graph``, a symlink out of a folder) raises
 :class:`~litstore.errors.InvalidArgumentError`; one found while iterating (a line that
 is not a JSON object or nests too deep, an image that names no file or does not
-decode, a damaged Parquet page or LitData chunk) raises
+decode, a damaged Parquet page or LitData chunk, a ``pickle`` leaf that is not ``None``) raises
 :class:`~litstore.errors.InvalidRecordError` naming the file and line, row or item, so
 ``store.append`` writes nothing; a source that does not exist raises
 :class:`~litstore.errors.MissingFileError`.
@@ -224,10 +226,11 @@ def litdata_dir(input_dir: PathLike, *, allow_outside: bool = False) -> Iterator
     Raises:
         MissingFileError: ``input_dir`` holds no ``index.json``.
         InvalidArgumentError: ``index.json`` is not a LitData index, its items need a
-            serializer litstore does not read (``pickle`` and ``graph`` run code), its
-            chunks are compressed or encrypted, or a chunk lies outside the folder.
-        InvalidRecordError: (while iterating) a chunk is missing, damaged, or an item
-            does not decode; the message names the chunk and the item.
+            serializer litstore does not read (``graph`` runs code), its chunks are
+            compressed or encrypted, or a chunk lies outside the folder.
+        InvalidRecordError: (while iterating) a chunk is missing or damaged, an item
+            does not decode, or an item holds a ``pickle`` leaf that is not ``None``
+            (never unpickled); the message names the chunk and the item.
     """
     from litstore._litdata.folder import read_layout
 
