@@ -258,7 +258,7 @@ def test_huggingface_rows_and_images(tmp_path: Path, store: litstore.Store) -> N
         "scores": [[0.5, 1.5], []],
     }
     dataset = datasets.Dataset.from_dict(data, features=features)
-    store.append(sources.huggingface(dataset))
+    store.append(sources.huggingface(dataset, allow_outside=True))  # row "b" is only a path
     for key in ("a", "b"):
         np.testing.assert_array_equal(store[key]["image"].numpy(), _chw(pixels))
     assert store["a"]["label"] == 1 and store["a"]["scores"] == [0.5, 1.5]

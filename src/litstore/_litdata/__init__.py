@@ -4,6 +4,7 @@
 - :mod:`.index`: litdata ``index.json`` documents (json only);
 - :mod:`.writer`: writing chunks with litdata's ``BinaryWriter``;
 - :mod:`.media`: litdata media values inside records;
+- :mod:`.folder`: reading a stranger's LitData-optimized folder without litdata's reader;
 - :mod:`.downloader`: plain-http S3 downloads for litdata's streaming.
 
 Importing this package imports none of them; litdata (and with it torch) is imported
