@@ -13,7 +13,9 @@ without spaces is shown cut, quickly.
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
 import sys
 import time
 from dataclasses import dataclass
@@ -188,3 +190,28 @@ def test_escaped_is_linear_and_leaves_ordinary_text_alone() -> None:
     assert time.perf_counter() - start < 1
     assert json.loads(display.json_text({"v": HOSTILE})) == {"v": HOSTILE}
     assert not FORBIDDEN & set(display.json_text({"v": HOSTILE}))
+
+
+def test_audit_report(tmp_path: Path) -> None:
+    store = litstore.Store.create(tmp_path / "store")
+    store.append([{"id": KEY, "value": TEXT}, {"id": "twin", "value": TEXT}])  # identical records, two keys
+    result = run("audit", store.root)
+    assert result.code == 1
+    assert_safe(result.stdout)
+    assert "[red]0[/red]" in result.stdout
+
+
+@pytest.mark.integration
+def test_the_console_script_process_writes_no_raw_control_character(root: Path) -> None:
+    for args in (["show", root, "1"], ["get", root, KEY], ["log", root]):
+        result = subprocess.run(
+            [sys.executable, "-m", "litstore", *map(str, args)],
+            capture_output=True,
+            timeout=60,
+            check=False,
+            env={**os.environ, "COLUMNS": "100"},
+        )
+        assert result.returncode == 0, result.stderr
+        text = result.stdout.decode("utf-8")
+        assert_safe(text)
+        assert "[red]" in text
