@@ -58,7 +58,7 @@ def _write_jsonl(path: Path, records: list[Record]) -> Path:
 
 
 def _read_jsonl(path: Path) -> dict[str, Record]:
-    records = [json.loads(line, object_hook=interchange.json_to_bytes) for line in path.read_text().splitlines()]
+    records = [json.loads(line, object_hook=interchange.json_object_hook) for line in path.read_text().splitlines()]
     return {record["id"]: record for record in records}
 
 

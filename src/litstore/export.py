@@ -15,10 +15,20 @@ it holds (the key field is always the first column, the others follow in name or
   :func:`litstore.format.codec.decode`), and the column's field metadata holds
   ``{"litstore.encoding": "msgpack"}``. Export therefore never fails on a stored record.
 
+Field names that are not strings (a store keeps int, float, bool, bytes and ``None``
+field names as they are) get columns of their own, never merged with a string field of
+the same text nor dropped: the column of such a name is ``<int 1>``, ``<None>``,
+``<bytes b'x'>`` (:func:`column_name`), with `` #2``, `` #3``, ... appended should a string
+field of the batch already have that name. The table's schema metadata then records, under
+``litstore.field_names`` (:data:`FIELD_NAMES_METADATA`), which name each such column
+stands for, and :func:`field_names` reads it back; a Parquet file written from the table
+keeps it. ``{1: "a", "1": "b"}`` is therefore two columns, ``<int 1>`` and ``1``.
+
 A field a record lacks is null in that record's row. Types are inferred per batch, so
 two batches of :func:`iter_batches` may type a column differently (a column all null in
-one batch, for instance); :func:`to_arrow` unifies them and, where Arrow cannot, converts
-the whole version as one batch so that the table has one schema.
+one batch, for instance, or a column suffixed `` #2`` in one batch only); :func:`to_arrow`
+unifies them and, where Arrow cannot, converts the whole version as one batch so that the
+table has one schema.
 
 pandas and polars are optional: importing them happens only in :func:`to_pandas` and
 :func:`to_polars`, which say what to install when they are missing.
@@ -26,6 +36,8 @@ pandas and polars are optional: importing them happens only in :func:`to_pandas`
 
 from __future__ import annotations
 
+import ast
+import json
 import math
 import sys
 from collections.abc import Iterable, Iterator, Sequence
@@ -46,6 +58,9 @@ if TYPE_CHECKING:
 #: Field metadata marking a column whose values are canonical litstore encodings.
 ENCODING_METADATA = {b"litstore.encoding": b"msgpack"}
 
+#: Schema metadata naming the field each column of a non-str field name stands for (see the module docstring).
+FIELD_NAMES_METADATA = b"litstore.field_names"
+
 #: Rows per batch unless the caller says otherwise.
 DEFAULT_BATCH_SIZE = 65536
 
@@ -61,6 +76,8 @@ def iter_batches(
 
     Memory holds one batch of records at a time, whatever the size of the version.
 
+    ``columns`` names fields whose names are str (see :func:`to_arrow`).
+
     Raises:
         InvalidArgumentError: ``batch_size`` is not a positive int, or ``columns`` is not a list of names.
     """
@@ -71,7 +88,10 @@ def iter_batches(
 
 
 def to_arrow(snapshot: Snapshot, columns: Sequence[str] | None = None) -> pa.Table:
-    """Every record of ``snapshot`` as one Arrow table (see the module docstring for the types).
+    """Every record of ``snapshot`` as one Arrow table (see the module docstring for the types and column names).
+
+    ``columns`` names fields whose names are str; without it, every field has a column,
+    whatever the type of its name.
 
     Raises:
         InvalidArgumentError: a column in ``columns`` is a field no record has.
@@ -81,7 +101,7 @@ def to_arrow(snapshot: Snapshot, columns: Sequence[str] | None = None) -> pa.Tab
     batches = list(_batches(snapshot.values(), key, names, DEFAULT_BATCH_SIZE))
     table = _concatenated(batches) if batches else _empty(snapshot, names)
     if table is None:
-        # The batches typed a column differently: type it once from all its values.
+        # The batches typed or named a column differently: type and name it once from all its values.
         del batches
         table = pa.Table.from_batches(list(_batches(snapshot.values(), key, names, max(len(snapshot), 1))))
     if names is not None:
@@ -100,6 +120,8 @@ def to_arrow(snapshot: Snapshot, columns: Sequence[str] | None = None) -> pa.Tab
 def to_pandas(snapshot: Snapshot, columns: Sequence[str] | None = None) -> pandas.DataFrame:
     """Every record as a pandas ``DataFrame``; tensor columns hold one numpy array per row.
 
+    Columns are named as :func:`to_arrow` names them (``<int 1>`` for the field ``1``).
+
     Raises:
         MissingDependencyError: pandas is not installed.
     """
@@ -114,6 +136,8 @@ def to_pandas(snapshot: Snapshot, columns: Sequence[str] | None = None) -> panda
 
 def to_polars(snapshot: Snapshot, columns: Sequence[str] | None = None) -> polars.DataFrame:
     """Every record as a polars ``DataFrame``; tensor columns become polars ``Array`` columns of their shape.
+
+    Columns are named as :func:`to_arrow` names them (``<int 1>`` for the field ``1``).
 
     Raises:
         MissingDependencyError: polars is not installed.
@@ -140,14 +164,81 @@ def tensor_rows(column: pa.ChunkedArray | pa.Array) -> list[np.ndarray | None]:
     return rows
 
 
-def record_batch(records: Sequence[dict[str, Any]], names: Sequence[str]) -> pa.RecordBatch:
-    """``records`` as one batch with the columns ``names`` (a field a record lacks is null)."""
+def record_batch(records: Sequence[dict[Any, Any]], names: Sequence[Any]) -> pa.RecordBatch:
+    """``records`` as one batch with a column for each field in ``names`` (a field a record lacks is null).
+
+    A name that is not a str gets the column :func:`column_name` gives it (suffixed where a
+    str name in ``names`` has that text), recorded in the schema metadata (see the module docstring).
+    """
     fields, arrays = [], []
-    for name in names:
+    columns = _column_names(names)
+    for name, column in zip(names, columns, strict=True):
         array, encoded = _column([record.get(name) for record in records])
-        fields.append(pa.field(name, array.type, metadata=ENCODING_METADATA if encoded else None))
+        fields.append(pa.field(column, array.type, metadata=ENCODING_METADATA if encoded else None))
         arrays.append(array)
-    return pa.RecordBatch.from_arrays(arrays, schema=pa.schema(fields))
+    renamed = {column: name for name, column in zip(names, columns, strict=True) if not isinstance(name, str)}
+    return pa.RecordBatch.from_arrays(arrays, schema=pa.schema(fields, metadata=_names_metadata(renamed)))
+
+
+def column_name(name: Any) -> str:
+    """The column of field ``name``: a str name as it is, any other ``<TYPE REPR>`` (``<int 1>``), ``<None>``."""
+    if isinstance(name, str):
+        return name
+    return "<None>" if name is None else f"<{type(name).__name__} {name!r}>"
+
+
+def field_names(schema: pa.Schema) -> dict[str, Any]:
+    """The non-str field names the columns of ``schema`` stand for (``{"<int 1>": 1}``); ``{}`` if none.
+
+    ``schema`` is that of a table or batch from this module, or of a Parquet file written from one.
+
+    Raises:
+        InvalidArgumentError: the ``litstore.field_names`` metadata is not what this module writes.
+    """
+    raw = (schema.metadata or {}).get(FIELD_NAMES_METADATA)
+    if raw is None:
+        return {}
+    what = f"the schema's {FIELD_NAMES_METADATA.decode()} metadata"
+    try:
+        described = json.loads(raw)
+        names = {column: _field_name(kind, text) for column, (kind, text) in described.items()}
+    except (ValueError, TypeError, AttributeError) as exc:  # JSONDecodeError and a bad repr are ValueErrors
+        raise InvalidArgumentError(f"{what} is not a map of column to [type, repr]: {exc}") from None
+    if not set(names) <= set(schema.names):
+        raise InvalidArgumentError(f"{what} names columns the schema lacks: {sorted(set(names) - set(schema.names))}")
+    return names
+
+
+def _names_metadata(renamed: dict[str, Any]) -> dict[bytes, bytes] | None:
+    """Schema metadata recording the field each renamed column stands for (``None`` when none is)."""
+    if not renamed:
+        return None
+    described = {column: [_type_name(name), repr(name)] for column, name in renamed.items()}
+    return {FIELD_NAMES_METADATA: json.dumps(described, sort_keys=True).encode()}
+
+
+def _type_name(name: Any) -> str:
+    return "None" if name is None else type(name).__name__
+
+
+def _field_name(kind: str, text: str) -> Any:
+    """The field name whose type is ``kind`` and whose ``repr`` is ``text``."""
+    if kind == "int":
+        return int(text)
+    if kind == "float":
+        return float(text)  # float's repr of nan and inf reads back through float(), not literal_eval
+    if kind == "bool" and text in ("True", "False"):
+        return text == "True"
+    if kind == "None" and text == "None":
+        return None
+    if kind == "bytes" and text[:2] in ("b'", 'b"'):
+        try:
+            value = ast.literal_eval(text)
+        except SyntaxError as exc:
+            raise ValueError(f"{text!r} is not a bytes repr") from exc
+        if isinstance(value, bytes):
+            return value
+    raise ValueError(f"{text!r} is not the repr of a {kind} field name")
 
 
 # -- internals -------------------------------------------------------------------
@@ -174,26 +265,53 @@ def _batches(
         yield record_batch(batch, names or _names(batch, key))
 
 
-def _names(records: Sequence[dict[str, Any]], key: str) -> list[str]:
-    """The key field, then every other field of ``records`` in name order."""
-    seen: set[str] = set()
+def _names(records: Sequence[dict[Any, Any]], key: str) -> list[Any]:
+    """The key field, then every other field of ``records`` in the order of their column names."""
+    seen: set[Any] = set()
     for record in records:
-        seen.update(str(name) for name in record)
+        seen.update(record)
     seen.discard(key)
-    return [key, *sorted(seen)]
+    return [key, *sorted(seen, key=lambda name: (column_name(name), not isinstance(name, str), _type_name(name)))]
+
+
+def _column_names(names: Sequence[Any]) -> list[str]:
+    """The column of each field in ``names``: :func:`column_name`, with `` #2``, ... where a str name has that text."""
+    taken = {name for name in names if isinstance(name, str)}
+    columns = []
+    for name in names:
+        column = column_name(name)
+        if not isinstance(name, str):
+            base, number = column, 2
+            while column in taken:
+                column, number = f"{base} #{number}", number + 1
+            taken.add(column)
+        columns.append(column)
+    return columns
 
 
 def _concatenated(batches: list[pa.RecordBatch]) -> pa.Table | None:
-    """The batches as one table, or ``None`` where they typed a column in ways that do not unify."""
+    """The batches as one table, or ``None`` where they typed or named a column in ways that do not unify."""
     for name in {name for batch in batches for name in batch.schema.names}:
         fields = [batch.schema.field(name) for batch in batches if name in batch.schema.names]
         typed = {field.metadata == ENCODING_METADATA for field in fields if field.type != pa.null()}
         if len(typed) > 1:  # raw bytes in one batch, canonical encodings in another
             return None
+    renamed: dict[str, Any] = {}
+    plain: set[str] = set()
+    for batch in batches:
+        names = field_names(batch.schema)
+        plain.update(set(batch.schema.names) - set(names))
+        for column, name in names.items():
+            if column != column_name(name) and len(batches) > 1:
+                return None  # a suffix this batch needed: another may name the column differently
+            renamed[column] = name
+    if not plain.isdisjoint(renamed):
+        return None  # a column that is a str field in one batch and another field in another
     try:
-        return pa.concat_tables([pa.Table.from_batches([batch]) for batch in batches], promote_options="permissive")
+        table = pa.concat_tables([pa.Table.from_batches([batch]) for batch in batches], promote_options="permissive")
     except _ARROW_FAILURES:
         return None
+    return table.replace_schema_metadata(_names_metadata(renamed))
 
 
 def _empty(snapshot: Snapshot, names: list[str] | None) -> pa.Table:

@@ -12,15 +12,21 @@ A ``VERSION`` argument is a version number (``3``), a tag name (``release-1``) o
 time (``2026-11-30T10:00:00``, UTC unless it says otherwise: the version current then).
 A tag whose name also reads as a time wins over the time.
 
-Values in JSON: bytes become ``{"$base64": "..."}`` (and that object is read back as
-bytes by ``import``), numpy arrays and tensors become nested lists, tuples become lists
-(see :mod:`litstore.cli.interchange`). This module is the only importer of typer and rich:
-``import litstore`` never loads them.
+Values in JSON: bytes become ``{"$base64": "..."}`` and a dict JSON cannot hold as an
+object (one with keys that are not str, or whose only key is ``"$base64"`` or ``"$map"``)
+``{"$map": [[key, value], ...]}``; ``import`` reads both back. numpy arrays and tensors
+become nested lists, tuples become lists (see :mod:`litstore.cli.interchange`).
+
+Everything a store holds is a stranger's text: keys, field names and values, messages,
+metadata, tag names, SQL results and the error messages that quote them reach the
+terminal through :mod:`litstore.cli.display` only (control and bidi characters escaped,
+long values cut, never rich markup), and ``--json`` through :func:`display.json_text`.
+
+This package is the only importer of typer and rich: ``import litstore`` never loads them.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import sys
@@ -32,12 +38,14 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
-from rich.table import Table
+from rich.table import Column, Table
 from rich.text import Text
 from tqdm.auto import tqdm
 
 import litstore
-from litstore.cli import interchange
+import litstore.export
+from litstore.cli import display, interchange
+from litstore.cli.display import shown, shown_lines
 from litstore.errors import InvalidArgumentError, LitstoreError
 from litstore.format.models import FieldSplit, HashSplit, Version
 from litstore.snapshot import Key, Snapshot, VersionRef
@@ -49,8 +57,19 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-_out = Console(soft_wrap=True)
-_err = Console(stderr=True, soft_wrap=True)
+# Markup, highlighting and emoji codes off: whatever reaches these consoles is shown as it is (see display).
+_out = Console(soft_wrap=True, markup=False, highlight=False, emoji=False)
+_err = Console(stderr=True, soft_wrap=True, markup=False, highlight=False, emoji=False)
+
+
+def _say(text: str) -> None:
+    """Print one line of litstore's own wording that may quote a stranger's text (see :mod:`.display`)."""
+    _out.print(shown_lines(text))
+
+
+def _warn(text: str) -> None:
+    _err.print(shown(f"litstore: warning: {text}", style="yellow"))
+
 
 # -- options every command shares --------------------------------------------------
 
@@ -109,8 +128,13 @@ def _key(store: litstore.Store, text: str) -> Key:
 
 
 def _cell(value: Any, limit: int = 80) -> Text:
-    """A table cell: a string as it is, any other value as :func:`_summary` shows it."""
-    return Text(value if isinstance(value, str) else _summary(value, limit))
+    """A table cell: a string as :func:`display.shown` shows it, any other value as :func:`_summary` does."""
+    return shown(value) if isinstance(value, str) else shown(_summary(value, limit))
+
+
+def _field(name: Any) -> Text:
+    """A field name: a str as it is, any other as its export column (``<int 1>``, not ``1``)."""
+    return shown(litstore.export.column_name(name))
 
 
 def _summary(value: Any, limit: int = 80) -> str:
@@ -123,16 +147,20 @@ def _summary(value: Any, limit: int = 80) -> str:
             return repr(value.item())
         return f"<{type(value).__name__} {value.dtype} shape {tuple(value.shape)}>"
     if isinstance(value, dict):
-        text = "{" + ", ".join(f"{k!r}: {_summary(v, limit)}" for k, v in value.items()) + "}"
+        items = list(value.items())
+        shown_items = ", ".join(f"{k!r}: {_summary(v, limit)}" for k, v in items[:16])
+        text = "{" + shown_items + (", …" if len(items) > 16 else "") + "}"
     elif isinstance(value, (list, tuple)):
         text = "[" + ", ".join(_summary(v, limit) for v in value[:16]) + (", …" if len(value) > 16 else "") + "]"
+    elif isinstance(value, str):
+        text = repr(value[:limit])
     else:
         text = repr(value)
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _print_json(document: Any) -> None:
-    sys.stdout.write(json.dumps(document, ensure_ascii=False) + "\n")
+    sys.stdout.write(display.json_text(document) + "\n")
 
 
 def _time(when: datetime) -> str:
@@ -156,9 +184,20 @@ def _version_doc(version: Version, tags: list[str]) -> dict[str, Any]:
     }
 
 
+def _tags(store: litstore.Store) -> dict[str, int]:
+    """The store's tags; a file under ``tags/`` whose name is no valid tag name is left out, with a warning."""
+    found: dict[str, int] = {}
+    for name in store.tags:
+        try:
+            found[name] = store.tags[name]
+        except KeyError:  # not a tag name (a stray file), or a tag removed since it was listed
+            _warn(f"left out tags/{name}.json: not a valid tag")
+    return found
+
+
 def _tags_by_version(store: litstore.Store) -> dict[int, list[str]]:
     found: dict[int, list[str]] = {}
-    for name, number in store.tags.items():
+    for name, number in _tags(store).items():
         found.setdefault(number, []).append(name)
     return found
 
@@ -201,7 +240,7 @@ def create(
     if as_json:
         _print_json({"root": store.root, "config": store.config.model_dump(mode="json")})
     else:
-        _out.print(f"created {store.root}: key {key!r} ({store.config.key_type}), splits {', '.join(store.splits)}")
+        _say(f"created {store.root}: key {key!r} ({store.config.key_type}), splits {', '.join(store.splits)}")
 
 
 def _fractions(text: str) -> dict[str, float]:
@@ -215,6 +254,10 @@ def _fractions(text: str) -> dict[str, float]:
         if not separator:
             raise InvalidArgumentError(f"--splits takes NAME=FRACTION,... (e.g. train=0.9,val=0.1), got {text!r}")
     return fractions
+
+
+#: How much of each message ``log`` shows (``show`` shows more).
+_LOG_MESSAGE_CHARACTERS = 200
 
 
 @app.command()
@@ -234,12 +277,12 @@ def log(
     for version in versions:
         named = " ".join(f"({name})" for name in tags.get(version.number, []))
         table.add_row(
-            f"{version.number} {named}".strip(),
-            _time(version.created_at),
-            version.operation,
-            f"+{version.added} ~{version.replaced} -{version.removed}",
-            str(version.total),
-            version.message or "",
+            shown(f"{version.number} {named}".strip()),
+            Text(_time(version.created_at)),
+            shown(version.operation),
+            Text(f"+{version.added} ~{version.replaced} -{version.removed}"),
+            Text(str(version.total)),
+            shown(version.message or "", limit=_LOG_MESSAGE_CHARACTERS),
         )
     _out.print(table)
 
@@ -271,15 +314,17 @@ def show(
         _print_json(document)
         return
     tags = f" (tags: {', '.join(document['tags'])})" if document["tags"] else ""
-    _out.print(f"version {info.number}{tags}: {info.operation} at {_time(info.created_at)} UTC", markup=False)
-    _out.print(f"records {info.total}, fingerprint {info.fingerprint}", markup=False)
+    _out.print(shown(f"version {info.number}{tags}: {info.operation} at {_time(info.created_at)} UTC"))
+    _out.print(shown(f"records {info.total}, fingerprint {info.fingerprint}"))
     if info.message:
-        _out.print(f"message: {info.message}", markup=False)
+        _out.print(Text("message: ") + shown(info.message))
     if info.metadata:
-        _out.print(f"metadata: {json.dumps(info.metadata, ensure_ascii=False)}", markup=False)
+        _out.print(Text("metadata: ") + shown(display.json_text(info.metadata)))
     table = Table("split", "records", "chunks", "bytes")
     for split, entry in splits.items():
-        table.add_row(split, str(entry["records"]), str(entry["chunks"]), f"{entry['bytes']:,}")
+        table.add_row(
+            shown(split), Text(str(entry["records"])), Text(str(entry["chunks"])), Text(f"{entry['bytes']:,}")
+        )
     _out.print(table)
 
 
@@ -300,7 +345,7 @@ def get(
         return
     table = Table("field", "value")
     for name, value in record.items():
-        table.add_row(Text(str(name)), _cell(value, limit=200))
+        table.add_row(_field(name), _cell(value, limit=200))
     _out.print(table)
 
 
@@ -326,7 +371,7 @@ def diff(
         }
         _print_json(document)
     else:
-        _out.print(found.summary(examples), markup=False)
+        _say(found.summary(examples))
 
 
 @app.command()
@@ -360,7 +405,7 @@ def verify(
             }
         )
     else:
-        _out.print(report.summary(), markup=False, style=None if report.ok else "red")
+        _out.print(shown_lines(report.summary(), style="" if report.ok else "red"))
     if not report.ok:
         raise typer.Exit(1)
 
@@ -381,7 +426,7 @@ def sql(
     if as_json:
         _print_json(interchange.to_json(rows))
         return
-    table = Table(*result.column_names)
+    table = Table(*(Column(shown(name)) for name in result.column_names))
     for row in rows:
         table.add_row(*(_cell(value) for value in row.values()))
     _out.print(table)
@@ -403,7 +448,7 @@ def tag(
     if as_json:
         _print_json({"name": created.name, "version": created.version})
     else:
-        _out.print(f"tag {created.name} -> version {created.version}", markup=False)
+        _say(f"tag {created.name} -> version {created.version}")
 
 
 @app.command()
@@ -411,13 +456,13 @@ def tags(
     root: RootArg, endpoint_url: EndpointOpt = None, storage_option: StorageOpts = None, as_json: JsonOpt = False
 ) -> None:
     """List the tags."""
-    named = dict(_open(root, endpoint_url, storage_option).tags)
+    named = _tags(_open(root, endpoint_url, storage_option))
     if as_json:
         _print_json(named)
         return
     table = Table("tag", "version")
     for name, number in named.items():
-        table.add_row(name, str(number))
+        table.add_row(shown(name), Text(str(number)))
     _out.print(table)
 
 
@@ -434,7 +479,7 @@ def untag(
     if as_json:
         _print_json({"removed": name})
     else:
-        _out.print(f"removed tag {name}", markup=False)
+        _say(f"removed tag {name}")
 
 
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhdw])")
@@ -481,11 +526,11 @@ def gc(
     if as_json:
         _print_json(asdict(report))
         return
-    _out.print(report.summary(), markup=False)
+    _say(report.summary())
     for path in report.removed_files:
-        _out.print(f"  {path}", markup=False)
+        _out.print(shown(f"  {path}"))
     if report.dry_run and (report.removed_files or report.expired_versions):
-        _out.print("dry run: nothing was removed; pass --yes to remove these", markup=False)
+        _say("dry run: nothing was removed; pass --yes to remove these")
 
 
 @app.command()
@@ -515,9 +560,9 @@ def compact(
             }
         )
     elif after.number == before:
-        _out.print(f"nothing to compact: version {before} has {chunks_before} chunks", markup=False)
+        _say(f"nothing to compact: version {before} has {chunks_before} chunks")
     else:
-        _out.print(f"version {after.number}: {chunks_before} chunks -> {chunks_after}", markup=False)
+        _say(f"version {after.number}: {chunks_before} chunks -> {chunks_after}")
 
 
 def _split_keys(snapshot: Snapshot, split: str | None) -> set[Key] | None:
@@ -569,7 +614,7 @@ def export(
     if as_json:
         _print_json({"path": str(out), "records": total, "version": snapshot.version.number})
     else:
-        _out.print(f"wrote {total} records of version {snapshot.version.number} to {out}", markup=False)
+        _say(f"wrote {total} records of version {snapshot.version.number} to {out}")
 
 
 def _read_text(path: Path) -> str:
@@ -601,13 +646,10 @@ def import_(
     if as_json:
         _print_json(_version_doc(version, []) | {"committed": version.number != before})
     elif version.number == before:
-        _out.print(f"nothing to commit: version {before} already holds these records", markup=False)
+        _say(f"nothing to commit: version {before} already holds these records")
     else:
-        _out.print(
-            f"version {version.number}: +{version.added} ~{version.replaced} -{version.removed}, "
-            f"{version.total} records",
-            markup=False,
-        )
+        changes = f"+{version.added} ~{version.replaced} -{version.removed}"
+        _say(f"version {version.number}: {changes}, {version.total} records")
 
 
 if hasattr(litstore.Store, "audit"):  # another part of litstore may add Store.audit
@@ -622,7 +664,7 @@ if hasattr(litstore.Store, "audit"):  # another part of litstore may add Store.a
         if as_json:
             _print_json({"ok": ok, "summary": str(report)})
         else:
-            _out.print(str(report), markup=False, style=None if ok else "red")
+            _out.print(shown_lines(str(report), style="" if ok else "red"))
         if not ok:
             raise typer.Exit(1)
 
@@ -636,5 +678,5 @@ def main(argv: Iterable[str] | None = None) -> None:
     try:
         app(args=None if argv is None else list(argv), prog_name="litstore")
     except LitstoreError as exc:
-        _err.print(Text(f"litstore: error: {_one_line(exc)}", style="red"))
+        _err.print(shown(f"litstore: error: {_one_line(exc)}", style="red"))
         sys.exit(2)

@@ -1,12 +1,27 @@
 """Records outside the store: their JSON form, and JSONL and Parquet files of them.
 
-JSON has no bytes and no arrays, so :func:`to_json` writes a bytes value as the object
-``{"$base64": "<standard base64>"}`` and :func:`json_to_bytes` reads that object back as
-bytes; numpy arrays, numpy scalars and torch tensors become nested lists and Python
-scalars (their dtype and shape are not kept), tuples become lists. A record made of
-JSON values and bytes therefore survives export and import unchanged. Parquet files are
-written and read by the library (:meth:`Snapshot.to_arrow`, :func:`litstore.sources.parquet`):
-bytes stay binary, arrays of one shape a fixed-shape tensor column.
+JSON has no bytes, no arrays and only str object keys, so :func:`to_json` writes two
+kinds of marker objects, each an object with one key, and the ``json.loads`` object hook
+:func:`json_object_hook` reads them back:
+
+- ``{"$base64": "<standard base64>"}`` is a bytes value;
+- ``{"$map": [[key, value], ...]}`` is a dict written as its items: a dict with a key
+  that is not a str (``{1: "a", "1": "b"}`` stays two entries; ``None``, float, bool and
+  bytes keys keep their type), and a dict whose only key is ``"$base64"`` or ``"$map"``
+  (so a stored ``{"$base64": "aGk="}`` comes back a dict, not bytes).
+
+Any object whose only key is ``"$base64"`` or ``"$map"`` is a marker, and one of the
+wrong shape is refused. numpy arrays, numpy scalars and torch tensors become nested lists
+and Python scalars (their dtype and shape are not kept), tuples become lists. A record
+made of JSON values, bytes and dicts with any keys therefore survives export and import
+unchanged. Parquet files are written and read by the library (:meth:`Snapshot.to_arrow`,
+:func:`litstore.sources.parquet`): bytes stay binary, arrays of one shape a fixed-shape
+tensor column, and a field whose name is not a str gets back its name from the file's
+schema metadata (:func:`litstore.export.field_names`).
+
+JSONL is read as :func:`litstore.sources.jsonl` reads it (Python's JSON Lines): lines end
+at ``\n`` only (a lone ``\r``, ``\u2028`` or form feed inside a line is part of it), each
+line is strict UTF-8, and lines of whitespace alone are skipped.
 """
 
 from __future__ import annotations
@@ -14,7 +29,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,21 +37,26 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from litstore import sources
+from litstore import export, sources
+from litstore.cli import display
 from litstore.errors import InvalidArgumentError, UnsupportedValueError
 from litstore.snapshot import Key, Snapshot
 
 #: The JSON object that stands for a bytes value: ``{"$base64": "<standard base64>"}``.
 BASE64_FIELD = "$base64"
 
+#: The JSON object that stands for a dict by its items: ``{"$map": [[key, value], ...]}``.
+MAP_FIELD = "$map"
 
-def to_plain(value: Any, *, binary: Callable[[bytes], Any] = bytes, path: str = "") -> Any:
-    """``value`` as plain Python (dict, list, str, int, float, bool, None, and ``binary(bytes)``).
+_MARKERS = frozenset({BASE64_FIELD, MAP_FIELD})
+
+
+def to_plain(value: Any, *, json_form: bool = False, path: str = "") -> Any:
+    """``value`` as plain Python: dict, list, str, int, float, bool, None and bytes, or its JSON form.
 
     numpy arrays, numpy scalars and torch tensors become (nested) lists and Python
-    scalars through their ``tolist()``; tuples become lists; dict keys that are not
-    strings become strings. Bytes go through ``binary``: kept for Parquet, or
-    :func:`bytes_to_json` for JSON.
+    scalars through their ``tolist()``; tuples become lists. With ``json_form``, bytes and
+    the dicts JSON cannot hold become markers (see the module docstring).
 
     Raises:
         UnsupportedValueError: a value of another type (``path`` names where it is).
@@ -44,35 +64,67 @@ def to_plain(value: Any, *, binary: Callable[[bytes], Any] = bytes, path: str = 
     if value is None or isinstance(value, (str, bool, int, float)):
         return value
     if isinstance(value, (bytes, bytearray, memoryview)):
-        return binary(bytes(value))
+        return bytes_to_json(bytes(value)) if json_form else bytes(value)
     if isinstance(value, dict):
-        return {str(k): to_plain(v, binary=binary, path=f"{path}.{k}" if path else str(k)) for k, v in value.items()}
+        plain = {k: to_plain(v, json_form=json_form, path=f"{path}.{k}" if path else str(k)) for k, v in value.items()}
+        if json_form and (not _all_str(plain) or (len(plain) == 1 and plain.keys() <= _MARKERS)):
+            return {MAP_FIELD: [[to_plain(k, json_form=True, path=path), v] for k, v in plain.items()]}
+        return plain
     if isinstance(value, (list, tuple)):
-        return [to_plain(v, binary=binary, path=f"{path}[{i}]") for i, v in enumerate(value)]
+        return [to_plain(v, json_form=json_form, path=f"{path}[{i}]") for i, v in enumerate(value)]
     tolist = getattr(value, "tolist", None)
     if callable(tolist):
-        return to_plain(tolist(), binary=binary, path=path)
+        return to_plain(tolist(), json_form=json_form, path=path)
     raise UnsupportedValueError(path, value, f"values of type {type(value).__name__} have no JSON or Parquet form")
 
 
+def _all_str(mapping: dict[Any, Any]) -> bool:
+    return all(isinstance(key, str) for key in mapping)
+
+
 def bytes_to_json(data: bytes) -> dict[str, str]:
-    """``{"$base64": ...}``: how bytes are written to JSON (:func:`json_to_bytes` reads it back)."""
+    """``{"$base64": ...}``: how bytes are written to JSON (:func:`json_object_hook` reads it back)."""
     return {BASE64_FIELD: base64.b64encode(data).decode("ascii")}
 
 
-def json_to_bytes(obj: dict[str, Any]) -> Any:
-    """A ``json.loads`` object hook: ``{"$base64": ...}`` back to bytes, any other object as it is."""
-    if obj.keys() == {BASE64_FIELD} and isinstance(obj[BASE64_FIELD], str):
+def json_object_hook(obj: dict[str, Any]) -> Any:
+    """The ``json.loads`` object hook of the JSON form: markers (see the module docstring) back to bytes and dicts.
+
+    Raises:
+        InvalidArgumentError: an object whose only key is a marker's but whose value is not that marker's.
+    """
+    if len(obj) != 1 or not obj.keys() <= _MARKERS:
+        return obj
+    if BASE64_FIELD in obj:
+        encoded = obj[BASE64_FIELD]
+        if not isinstance(encoded, str):
+            raise InvalidArgumentError(f"a {BASE64_FIELD!r} object holds a base64 string, not {_brief(encoded)}")
         try:
-            return base64.b64decode(obj[BASE64_FIELD], validate=True)
+            return base64.b64decode(encoded, validate=True)
         except binascii.Error as exc:
             raise InvalidArgumentError(f"invalid base64 in a {BASE64_FIELD!r} value: {exc}") from None
-    return obj
+    items = obj[MAP_FIELD]
+    if not isinstance(items, list) or not all(isinstance(item, list) and len(item) == 2 for item in items):
+        raise InvalidArgumentError(f"a {MAP_FIELD!r} object holds a list of [key, value] pairs, not {_brief(items)}")
+    mapping: dict[Any, Any] = {}
+    for key, value in items:
+        try:
+            if key in mapping:
+                raise InvalidArgumentError(f"a {MAP_FIELD!r} object has the key {key!r} twice")
+        except TypeError:
+            raise InvalidArgumentError(f"a {MAP_FIELD!r} key cannot be a list or an object: {_brief(key)}") from None
+        mapping[key] = value
+    return mapping
+
+
+def _brief(value: Any) -> str:
+    text = json.dumps(value, ensure_ascii=True, default=repr)
+    return text if len(text) <= 60 else text[:59] + "…"
 
 
 def to_json(value: Any) -> Any:
-    """``value`` in the form ``--json`` and JSONL export print (bytes as ``{"$base64": ...}``)."""
-    return to_plain(value, binary=bytes_to_json)
+    """``value`` in the form ``--json`` and JSONL export print (see the module docstring for the markers)."""
+    return to_plain(value, json_form=True)
 
 
 def file_kind(path: Path) -> str:
@@ -87,11 +139,11 @@ def file_kind(path: Path) -> str:
     return kind
 
 
-def write_jsonl(path: Path, records: Iterator[dict[str, Any]]) -> None:
-    """Write one JSON object a line (see :func:`to_json`)."""
+def write_jsonl(path: Path, records: Iterator[dict[Any, Any]]) -> None:
+    """Write one JSON object a line (see :func:`to_json`; control characters as ``\\uXXXX`` escapes)."""
     with path.open("w", encoding="utf-8") as stream:
         for record in records:
-            stream.write(json.dumps(to_json(record), ensure_ascii=False) + "\n")
+            stream.write(display.json_text(to_json(record)) + "\n")
 
 
 def write_parquet(path: Path, snapshot: Snapshot, keys: set[Key] | None = None) -> None:
@@ -103,10 +155,11 @@ def write_parquet(path: Path, snapshot: Snapshot, keys: set[Key] | None = None) 
     pq.write_table(table, path)
 
 
-def read_records(path: Path) -> Iterator[dict[str, Any]]:
-    """The records in a JSONL file (one object a line, ``{"$base64": ...}`` as bytes) or a Parquet file.
+def read_records(path: Path) -> Iterator[dict[Any, Any]]:
+    """The records in a JSONL file (see the module docstring) or a Parquet file.
 
-    Parquet rows come from :func:`litstore.sources.parquet`.
+    Parquet rows come from :func:`litstore.sources.parquet`, with the field names that
+    are not str given back (:func:`litstore.export.field_names`).
 
     Raises:
         InvalidArgumentError: the file cannot be read, or a line is not a JSON object.
@@ -116,20 +169,35 @@ def read_records(path: Path) -> Iterator[dict[str, Any]]:
         if kind == "jsonl":
             yield from _jsonl_records(path)
         else:
-            yield from sources.parquet(path)
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InvalidArgumentError(f"cannot read {path}: {getattr(exc, 'strerror', None) or exc}") from None
+            yield from _parquet_records(path)
+    except OSError as exc:
+        raise InvalidArgumentError(f"cannot read {path}: {exc.strerror or exc}") from None
 
 
-def _jsonl_records(path: Path) -> Iterator[dict[str, Any]]:
-    with path.open(encoding="utf-8") as stream:
-        for number, line in enumerate(stream, 1):
+def _jsonl_records(path: Path) -> Iterator[dict[Any, Any]]:
+    """The records of a JSONL file, its lines told apart as :func:`litstore.sources.jsonl` does (at ``\\n`` only)."""
+    with path.open("rb") as lines:
+        for number, raw in enumerate(lines, 1):
+            where = f"{path} line {number}"
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise InvalidArgumentError(f"{where}: not UTF-8 text: {exc}") from None
             if not line.strip():
                 continue
             try:
-                record = json.loads(line, object_hook=json_to_bytes)
+                record = json.loads(line, object_hook=json_object_hook)
             except (json.JSONDecodeError, InvalidArgumentError) as exc:
-                raise InvalidArgumentError(f"{path} line {number}: {exc}") from None
+                raise InvalidArgumentError(f"{where}: {exc}") from None
             if not isinstance(record, dict):
-                raise InvalidArgumentError(f"{path} line {number}: a record is a JSON object, got {line.strip()[:40]}")
+                raise InvalidArgumentError(f"{where}: a record is a JSON object, got {_brief(record)}")
             yield record
+
+
+def _parquet_records(path: Path) -> Iterator[dict[Any, Any]]:
+    try:
+        names = export.field_names(pq.read_schema(path))
+    except pa.ArrowInvalid as exc:
+        raise InvalidArgumentError(f"cannot read {path} as Parquet: {exc}") from None
+    for record in sources.parquet(path):
+        yield {names.get(column, column): value for column, value in record.items()} if names else record
