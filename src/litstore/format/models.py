@@ -224,6 +224,7 @@ def _check_fields(fields: dict[str, str] | None, key: str | None) -> None:
     for name, type_name in (fields or {}).items():
         field_format.check_name(name, key or "")
         field_format.check_type_name(type_name)
+    field_format.check_distinct(fields or {})
 
 
 Operation = Literal["create", "append", "upsert", "delete", "compact", "add_fields"]
