@@ -177,3 +177,16 @@ def test_a_stranger_commit_record_with_nan_metadata_is_damaged(store: litstore.S
     path.write_text(text[:-1] + f', "metadata": {written}}}')
     with pytest.raises(IntegrityError, match="JSON has no NaN or infinity"):
         litstore.open(store.root)
+
+
+@pytest.mark.integration  # importing Ray takes seconds
+def test_a_ray_write_refuses_a_bad_message_before_any_task_runs(store: litstore.Store) -> None:
+    pytest.importorskip("ray")
+    import litstore.ray as litstore_ray
+
+    root = Path(store.root)
+    before = tree_state(root)
+    not_a_dataset: Any = object()  # never reached: the message is checked first
+    with pytest.raises(InvalidArgumentError, match="message must be a str or None, got int 5"):
+        litstore_ray.write(not_a_dataset, store, message=5)
+    assert tree_state(root) == before
