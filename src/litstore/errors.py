@@ -17,7 +17,7 @@ built-in type, the error also derives from it, so ``except KeyError`` keeps work
     ├── StoreExistsError (FileExistsError)   ``Store.create`` on a root that holds a store
     ├── StoreNotFoundError (FileNotFoundError)  ``litstore.open`` on a root without one
     ├── QueryError (ValueError)              ``store.sql`` was given a query DuckDB rejects
-    ├── StreamStateError (ValueError)        a loader state saved on another version or subset
+    ├── StreamStateError (ValueError)        a loader state saved on another version or subset, or edited
     ├── ConflictError                        another writer committed the same version first
     ├── StagedFragmentExpiredError           a staged fragment's files are gone (gc, or another store's)
     ├── IngestError                          ``Store.ingest``'s function failed on an input, or a worker died
@@ -206,7 +206,12 @@ class QueryError(LitstoreError, ValueError):
 
 
 class StreamStateError(LitstoreError, ValueError):
-    """A loader state saved while streaming one version, split or subset was loaded into another."""
+    """A loader state saved while streaming one version, split or subset was loaded into another.
+
+    Also a state litdata could not have written for this dataset: an entry missing or
+    unknown, of the wrong type, out of range (a negative count, one past the epoch), or
+    describing another dataset (seed, shuffle, chunks); see :mod:`litstore.stream_state`.
+    """
 
 
 class ConflictError(LitstoreError):

@@ -162,13 +162,13 @@ def duplicate_keys(table: pa.Table, hashes_are_true: bool = False) -> list[Any]:
         hashes = np.sort(table.column("key_hash").to_numpy())
         if not bool((hashes[1:] == hashes[:-1]).any()):
             return []
-    result = query("SELECT key FROM t GROUP BY key HAVING count(*) > 1 ORDER BY key", {"t": table})
+    result = query('SELECT "key" FROM t GROUP BY "key" HAVING count(*) > 1 ORDER BY "key"', {"t": table})
     return list(result.column(0).to_pylist())
 
 
 def keys_not_in(left: pa.Table, right: pa.Table) -> list[Any]:
     """Distinct keys of ``left`` absent from ``right`` (both need a ``key`` column)."""
-    sql = "SELECT DISTINCT key FROM l ANTI JOIN r USING (key) ORDER BY key"
+    sql = 'SELECT DISTINCT "key" FROM l ANTI JOIN r USING ("key") ORDER BY "key"'
     return list(query(sql, {"l": left, "r": right}).column(0).to_pylist())
 
 
@@ -182,19 +182,22 @@ def reconcile(listed: pa.Table, stored: pa.Table) -> dict[str, pa.Table]:
     tables = {"listed": listed, "stored": stored}
     return {
         "missing": query(
-            'SELECT key, chunk, "row" FROM listed ANTI JOIN stored USING (chunk, "row") ORDER BY chunk, "row"', tables
+            'SELECT "key", "chunk", "row" FROM listed ANTI JOIN stored USING ("chunk", "row") ORDER BY "chunk", "row"',
+            tables,
         ),
         "unlisted": query(
-            'SELECT key, chunk, "row" FROM stored ANTI JOIN listed USING (chunk, "row") ORDER BY chunk, "row"', tables
+            'SELECT "key", "chunk", "row" FROM stored ANTI JOIN listed USING ("chunk", "row") ORDER BY "chunk", "row"',
+            tables,
         ),
         "mismatched": query(
-            """SELECT l.key, l.chunk, l."row",
-                      CASE WHEN l.key IS DISTINCT FROM s.key THEN 'key'
-                           WHEN l.split <> s.split THEN 'split'
+            """SELECT l."key", l."chunk", l."row",
+                      CASE WHEN l."key" IS DISTINCT FROM s."key" THEN 'key'
+                           WHEN l."split" <> s."split" THEN 'split'
                            ELSE 'content' END AS problem
-               FROM listed l JOIN stored s USING (chunk, "row")
-               WHERE l.key IS DISTINCT FROM s.key OR l.content_hash <> s.content_hash OR l.split <> s.split
-               ORDER BY l.chunk, l."row\"""",
+               FROM listed l JOIN stored s USING ("chunk", "row")
+               WHERE l."key" IS DISTINCT FROM s."key" OR l."content_hash" <> s."content_hash"
+                     OR l."split" <> s."split"
+               ORDER BY l."chunk", l."row\"""",
             tables,
         ),
     }

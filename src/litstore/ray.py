@@ -57,7 +57,7 @@ except ImportError as exc:  # pragma: no cover - only without the extra
 
 from litstore import txn
 from litstore.errors import IntegrityError, InvalidArgumentError, LitstoreError, SplitError, UncertainCommitError
-from litstore.format.models import Version
+from litstore.format.models import Version, check_message
 from litstore.read.chunks import mismatched
 from litstore.read.keyindex import content_matrix
 from litstore.snapshot import VersionRef
@@ -97,6 +97,7 @@ def write(
     """
     if mode not in ("append", "upsert"):
         raise InvalidArgumentError(f"mode must be 'append' or 'upsert', not {mode!r}")
+    message = check_message(message)
     root, options = _locate(store, storage_options)
     sink = _StoreDatasink(root, options, mode, message)
     try:

@@ -491,7 +491,7 @@ class Snapshot:
             return view.select(where)
         if not isinstance(where, str) or not where.strip():
             raise InvalidArgumentError(f"where must be a non-empty SQL condition, got {where!r}")
-        found = self.sql(f"SELECT key FROM manifest WHERE ({where}\n) ORDER BY key")
+        found = self.sql(f'SELECT "key" FROM manifest WHERE ({where}\n) ORDER BY "key"')
         if found.num_columns != 1 or found.column_names[0] != "key":
             raise QueryError(f"where {where!r} is not a condition on the manifest's rows")
         return list(found.column(0).to_pylist())

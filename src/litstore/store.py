@@ -40,6 +40,8 @@ from litstore.format.models import (
     Tag,
     Version,
     check_chunk_bytes,
+    check_message,
+    check_metadata,
 )
 from litstore.snapshot import MISSING, Key, Record, Snapshot, VersionRef
 from litstore.storage import Storage, open_storage
@@ -285,6 +287,7 @@ class Store:
             SplitError: (``upsert``) a replacement would move a key to another split.
             ConflictError: another writer committed changes to the same keys first.
         """
+        message, metadata = check_message(message), check_metadata(metadata)
         self._head = txn.commit(self._head, fragments, mode=mode, message=message, metadata=metadata, progress=progress)
         return self._head.version
 
@@ -307,6 +310,7 @@ class Store:
                 rejected; the store is unchanged.
             ConflictError: another writer committed first; nothing was committed.
         """
+        message, metadata = check_message(message), check_metadata(metadata)
         self._require_model()
         runs = self._checked_runs(records, "append", progress, [])
         return self._write(runs, "append", message, metadata, progress)
@@ -330,6 +334,7 @@ class Store:
                 store is unchanged.
             ConflictError: another writer committed first; nothing was committed.
         """
+        message, metadata = check_message(message), check_metadata(metadata)
         self._require_model()
         unchanged: list[Key] = []
         runs = self._checked_runs(records, "upsert", progress, unchanged)
@@ -351,6 +356,7 @@ class Store:
                 the error names them and the store is unchanged.
             ConflictError: another writer committed first; nothing was committed.
         """
+        message, metadata = check_message(message), check_metadata(metadata)
         if isinstance(keys, (str, bytes)):
             raise InvalidArgumentError(f"delete takes a list of keys, not one key: use delete([{keys!r}])")
         keys = [hashing.normalize_key(key) for key in keys]  # type: ignore[misc]
@@ -456,6 +462,7 @@ class Store:
         """
         from litstore.ingest import ingest
 
+        message, metadata = check_message(message), check_metadata(metadata)
         return ingest(
             self, fn, inputs, num_workers=num_workers, mode=mode, message=message, metadata=metadata, progress=progress
         )
@@ -482,6 +489,7 @@ class Store:
         Raises:
             InvalidArgumentError: ``min_fill`` is not in (0, 1] or ``target_chunk_bytes`` is not positive.
         """
+        message = check_message(message)
         if isinstance(min_fill, bool) or not isinstance(min_fill, (int, float)) or not 0 < min_fill <= 1:
             raise InvalidArgumentError(f"min_fill must be in (0, 1], got {min_fill!r}")
         target = self.config.chunk_bytes if target_chunk_bytes is None else target_chunk_bytes
@@ -523,6 +531,7 @@ class Store:
         from litstore.format import fields as field_format
         from litstore.txn.fields import add_fields
 
+        message, metadata = check_message(message), check_metadata(metadata)
         declared = field_format.declare(fields, self.config.key)
         if not declared:
             return self.version

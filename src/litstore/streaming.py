@@ -26,7 +26,9 @@ its input or cache directory, so versions sharing one would read each other's.
 :class:`VersionDataset` decodes each item back into its record and records the
 version it streams in ``state_dict()``, so a loader state saved on one version
 refuses to resume on another; the view's path is left out of that state, so it
-resumes under any views directory. Unless ``verify_records=False``, each item's bytes
+resumes under any views directory. Every other entry of a state is checked before
+litdata uses it (:mod:`litstore.stream_state`): an edited one raises
+:class:`~litstore.errors.StreamStateError` naming the entry. Unless ``verify_records=False``, each item's bytes
 are checked against the content hash the manifest committed for it (xxh3-128, well
 under a microsecond for a typical record) and a mismatch raises
 :class:`~litstore.errors.IntegrityError` naming the key, chunk and row.
@@ -51,6 +53,7 @@ import pyarrow.compute as pc
 from litdata import StreamingDataset
 from litdata.streaming.sampler import ChunkedIndex
 
+from litstore import stream_state
 from litstore._litdata.downloader import allow_plain_http_s3
 from litstore._litdata.index import ChunkInfo, index_document, parse_index_document
 from litstore._litdata.writer import ChunkWriter
@@ -448,6 +451,14 @@ class VersionDataset(StreamingDataset):
         return state
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Resume from ``state_dict`` (this dataset's part of a loader state), checked first.
+
+        Raises:
+            StreamStateError: the state was saved on another version, split or subset, or is
+                not one litdata wrote for this dataset (see :mod:`litstore.stream_state`).
+        """
+        if not isinstance(state_dict, dict):
+            raise StreamStateError(f"a loader state is a dict, got {type(state_dict).__name__}")
         saved = state_dict.get(_STATE_KEY)
         if saved != self.identity:
             raise StreamStateError(
@@ -456,7 +467,7 @@ class VersionDataset(StreamingDataset):
             )
         # The state binds to (store, version, split, fingerprint), checked above; litdata
         # would also compare the view's path, which differs between runs.
-        state = dict(state_dict)
+        state = stream_state.check(state_dict, self, _STATE_KEY)
         state["input_dir_path"] = self.input_dir.path
         state["cache_dir_path"] = self.cache_dir.path
         super().load_state_dict(state)

@@ -8,7 +8,14 @@ reading any chunk.
 
 In metadata a declared set is a ``dict`` of field name to type name: ``"int64"``,
 ``"float64"``, ``"string"`` or ``"bool"``, with a trailing ``"?"`` when the field may
-be missing or ``None`` (a null in the manifest). Pure: no I/O.
+be missing or ``None`` (a null in the manifest).
+
+Names are compared without regard to case, with the manifest's own columns and with
+each other: DuckDB, which runs ``store.sql`` and ``where=``, reads identifiers without
+regard to case and renames a column whose name differs from another's only by case,
+so a field ``Split`` beside the manifest's ``split`` would make ``where="Split <> 'x'"``
+filter by the split column (found by a hostile review: held-out records streamed).
+Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -16,6 +23,7 @@ from __future__ import annotations
 import re
 import types
 import typing
+from collections.abc import Iterable
 from typing import Any
 
 import pyarrow as pa
@@ -31,7 +39,7 @@ ARROW_TYPES: dict[str, pa.DataType] = {
 }
 _PYTHON_TYPES: dict[Any, str] = {int: "int64", float: "float64", str: "string", bool: "bool"}
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
-# Manifest and delta columns a field may not shadow.
+#: Manifest and delta columns a field may not shadow, in any case (see the module docstring).
 RESERVED = frozenset({"key", "key_hash", "content_hash", "split", "chunk", "row", "change", "version"})
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 
@@ -52,11 +60,34 @@ def check_name(name: str, key: str) -> str:
     """Return ``name`` if it can be a declared field of a store keyed by ``key``, else raise ``ValueError``."""
     if not isinstance(name, str) or not _NAME.fullmatch(name):
         raise ValueError(f"field name {name!r} must be 1-64 letters, digits or '_', not starting with a digit")
-    if name in RESERVED:
-        raise ValueError(f"field name {name!r} is a manifest column already; rename the field")
+    if name.lower() in RESERVED:
+        if name in RESERVED:
+            raise ValueError(f"field name {name!r} is a manifest column already; rename the field")
+        raise ValueError(
+            f"field name {name!r} differs from the manifest column {name.lower()!r} only by case, and SQL "
+            "(store.sql, where=) reads names without regard to case; rename the field"
+        )
     if name == key:
         raise ValueError(f"field {name!r} is the store's key, which the manifest holds already")
     return name
+
+
+def check_distinct(names: Iterable[str]) -> None:
+    """Raise ``ValueError`` if two of ``names`` differ only by case (SQL could not tell them apart)."""
+    seen: dict[str, str] = {}
+    for name in names:
+        other = seen.setdefault(name.lower(), name)
+        if other != name:
+            raise ValueError(
+                f"fields {other!r} and {name!r} differ only by case, and SQL (store.sql, where=) reads names "
+                "without regard to case; rename one of them"
+            )
+
+
+def already_declared(new: Iterable[str], declared: Iterable[str]) -> list[str]:
+    """The names of ``new`` that are one of ``declared``, ignoring case (see :func:`check_distinct`)."""
+    known = {name.lower() for name in declared}
+    return [name for name in new if name.lower() in known]
 
 
 def declare(fields: dict[str, Any], key: str) -> dict[str, str]:
@@ -80,6 +111,10 @@ def declare(fields: dict[str, Any], key: str) -> dict[str, str]:
                 "or Optional of one of them"
             )
         declared[name] = type_name
+    try:
+        check_distinct(declared)
+    except ValueError as exc:
+        raise InvalidArgumentError(f"cannot declare fields: {exc}") from None
     return declared
 
 
@@ -104,7 +139,7 @@ def from_model(model: Any, key: str) -> dict[str, str]:
     """The scalar fields of a pydantic model (other than the key) as a declared set."""
     declared: dict[str, str] = {}
     for name, info in model.model_fields.items():
-        if name == key or name in RESERVED or not _NAME.fullmatch(name):
+        if name == key or name.lower() in RESERVED or not _NAME.fullmatch(name):
             continue
         type_name = type_of(info.annotation)
         if type_name is not None:

@@ -224,6 +224,7 @@ def _check_fields(fields: dict[str, str] | None, key: str | None) -> None:
     for name, type_name in (fields or {}).items():
         field_format.check_name(name, key or "")
         field_format.check_type_name(type_name)
+    field_format.check_distinct(fields or {})
 
 
 Operation = Literal["create", "append", "upsert", "delete", "compact", "add_fields"]
@@ -279,6 +280,16 @@ class Version(_Frozen):
     metadata: dict[str, Any] = Field(default_factory=dict)
     fields: dict[str, str] | None = None
 
+    @field_validator("message", mode="before")
+    @classmethod
+    def _text_message(cls, message: Any) -> Any:
+        return _message(message)
+
+    @field_validator("metadata", mode="before")
+    @classmethod
+    def _json_metadata(cls, metadata: Any) -> Any:
+        return _metadata(metadata)
+
     @model_validator(mode="after")
     def _paths_are_its_own(self) -> Version:
         _check_fields(self.fields, None)
@@ -326,6 +337,120 @@ class Version(_Frozen):
 
     def __index__(self) -> int:
         return self.number
+
+
+def check_message(message: object) -> str | None:
+    """``message`` if it can be a version's message (text or ``None``), else raise.
+
+    Raises:
+        InvalidArgumentError: ``message`` is not a str, or holds text UTF-8 cannot encode.
+    """
+    try:
+        return _message(message)
+    except ValueError as exc:
+        raise InvalidArgumentError(str(exc)) from None
+
+
+def check_metadata(metadata: object) -> dict[str, Any]:
+    """``metadata`` as a version will hold it, or raise saying which value cannot be held.
+
+    Metadata is a ``dict`` of ``str`` keys to JSON values: ``str``, ``int``, ``float``,
+    ``bool``, ``None``, and ``list``/``dict`` of those (at most 32 levels deep), so that
+    it reads back exactly as written. NumPy scalars become the Python number they equal
+    (``np.float32(0.5)`` -> ``0.5``; one a float64 cannot hold exactly, such as a
+    ``longdouble``, is refused). NaN and infinities are refused: JSON has neither, and
+    they would read back as ``None``. Tuples, bytes and other objects are refused,
+    each with what to pass instead. ``None`` is ``{}``.
+
+    Raises:
+        InvalidArgumentError: a key or value cannot be held (the message names it).
+    """
+    try:
+        return _metadata(metadata)
+    except ValueError as exc:
+        raise InvalidArgumentError(str(exc)) from None
+
+
+_METADATA_DEPTH = 32
+_INSTEAD: dict[type, str] = {
+    bytes: "decode it to str, or base64 it",
+    bytearray: "decode it to str, or base64 it",
+    tuple: "pass a list (a tuple would read back as one)",
+    set: "pass a sorted list",
+    frozenset: "pass a sorted list",
+}
+
+
+def _message(message: Any) -> str | None:
+    if message is None:
+        return None
+    if not isinstance(message, str):
+        raise ValueError(f"message must be a str or None, got {type(message).__name__} {_shown(message)}")
+    return _text(message, "message")
+
+
+def _metadata(metadata: Any) -> dict[str, Any]:
+    if metadata is None:
+        return {}
+    if not isinstance(metadata, dict):
+        raise ValueError(f"metadata must be a dict of str keys to JSON values, got {type(metadata).__name__}")
+    plain = _json_value(metadata, "metadata", 0)
+    assert isinstance(plain, dict)
+    return plain
+
+
+def _json_value(value: Any, path: str, depth: int) -> Any:
+    """``value`` as plain JSON values (see :func:`check_metadata`); ``ValueError`` naming ``path`` if it has none."""
+    if value is None or isinstance(value, (bool, np.bool_)):
+        return None if value is None else bool(value)
+    if isinstance(value, numbers.Integral):  # int and numpy integers
+        return int(value)
+    if isinstance(value, (float, np.floating)):
+        if not np.isfinite(value):
+            raise ValueError(
+                f"{path} is {value}: JSON has no NaN or infinity, and it would read back as None; "
+                "pass None or a string such as 'nan'"
+            )
+        number = float(value)
+        if number != value:
+            raise ValueError(f"{path} is {type(value).__name__} {value!r}, which a float64 cannot hold exactly")
+        return number
+    if isinstance(value, str):
+        return _text(value, path)
+    if depth >= _METADATA_DEPTH:
+        raise ValueError(f"{path} is nested more than {_METADATA_DEPTH} levels deep (or holds itself)")
+    if isinstance(value, list):
+        return [_json_value(item, f"{path}[{number}]", depth + 1) for number, item in enumerate(value)]
+    if isinstance(value, dict):
+        plain: dict[str, Any] = {}
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise ValueError(
+                    f"{path} has the key {_shown(key)} ({type(key).__name__}): metadata keys are str, "
+                    f"as JSON's are; use {str(key)!r}"
+                )
+            plain[_text(key, f"a key of {path}")] = _json_value(item, f"{path}[{key!r}]", depth + 1)
+        return plain
+    instead = _INSTEAD.get(type(value), "convert it to one of those")
+    raise ValueError(
+        f"{path} is {type(value).__name__} {_shown(value)}: metadata values are str, int, float, bool, None, "
+        f"and lists and dicts of those; {instead}"
+    )
+
+
+def _text(text: str, path: str) -> str:
+    """``text`` as a plain ``str``, if UTF-8 can encode it (a lone surrogate cannot)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        unencodable = exc.object[exc.start : exc.end]
+        raise ValueError(f"{path} holds {unencodable!r}, which is not text UTF-8 can encode") from None
+    return str.__str__(text)
+
+
+def _shown(value: object) -> str:
+    shown = repr(value)
+    return shown if len(shown) <= 40 else shown[:37] + "..."
 
 
 def declared_fields(config: StoreConfig, version: Version) -> dict[str, str]:

@@ -47,7 +47,14 @@ from litstore.errors import (
 from litstore.format import hashing, layout
 from litstore.format import manifest as manifest_format
 from litstore.format.manifest import ChangeKind
-from litstore.format.models import ExpiredVersion, Operation, Version, declared_fields
+from litstore.format.models import (
+    ExpiredVersion,
+    Operation,
+    Version,
+    check_message,
+    check_metadata,
+    declared_fields,
+)
 from litstore.read.groups import by_chunk
 from litstore.read.keyindex import KeyIndex
 from litstore.txn import claims, leases, log
@@ -91,7 +98,10 @@ def commit(
     Raises:
         DuplicateKeyError, SplitError, KeyNotFoundError: see :func:`litstore.txn.plan.plan`.
         ConflictError: another writer committed changes to the same keys first.
+        InvalidArgumentError: ``message`` or ``metadata`` cannot be committed (see
+            :func:`~litstore.format.models.check_metadata`); nothing was written.
     """
+    message, metadata = check_message(message), check_metadata(metadata)
     head = parent
     unchanged_keys = frozenset(unchanged)
     current = plan(head, fragments, mode, deletes, missing_ok, rewrite, chunk_bytes, unchanged_keys)

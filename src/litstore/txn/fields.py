@@ -39,9 +39,10 @@ def add_fields(
     """
     for _ in range(_MAX_ATTEMPTS):
         declared = declared_fields(head.config, head.version)
-        again = sorted(set(new) & set(declared))
+        again = field_format.already_declared(new, declared)
         if again:
-            raise InvalidArgumentError(f"fields {again} are declared already (as {[declared[n] for n in again]})")
+            shown = {name: declared[name] for name in declared if name.lower() in {n.lower() for n in again}}
+            raise InvalidArgumentError(f"fields {again} are declared already, ignoring case (as {shown})")
         every = {**declared, **new}
         full = head.manifest()
         for name, values in _values(head, new).items():
