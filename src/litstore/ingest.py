@@ -48,6 +48,7 @@ from tqdm.auto import tqdm
 
 from litstore.errors import IngestError, InvalidArgumentError, LitstoreError
 from litstore.txn import StagedFragment, discard
+from litstore.txn.commit import check_arguments
 
 if TYPE_CHECKING:
     from multiprocessing.context import BaseContext
@@ -99,9 +100,12 @@ def ingest(
     Raises:
         IngestError: ``fn`` failed on an input, an input cannot be sent to a worker process,
             or a worker process died; nothing was committed.
+        InvalidArgumentError: ``fn``, ``num_workers``, ``mode``, ``message`` or ``metadata``
+            cannot be used; nothing ran and nothing was written.
     """
     if not callable(fn):
         raise InvalidArgumentError(f"fn must be a function of one input, got {fn!r}")
+    check_arguments(mode, message, metadata)  # before fn runs: a typo must not cost the whole ingest
     items = list(inputs)
     workers = os.cpu_count() or 1 if num_workers is None else num_workers
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 0:

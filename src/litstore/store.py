@@ -45,6 +45,7 @@ from litstore.snapshot import MISSING, Key, Record, Snapshot, VersionRef
 from litstore.storage import Storage, open_storage
 from litstore.tags import Tags
 from litstore.txn import log
+from litstore.txn.commit import check_arguments
 
 if TYPE_CHECKING:
     import pandas
@@ -256,6 +257,7 @@ class Store:
         """Validate and write ``records`` into a new fragment, not yet part of any version.
 
         Commit one or more staged fragments, from any process, with :meth:`commit`.
+        Staging no records writes nothing (the fragment is empty).
 
         Raises:
             KeyFieldError, DuplicateKeyError, SchemaError, SplitError: the records were
@@ -279,6 +281,9 @@ class Store:
             DuplicateKeyError: a key is staged twice, or (``append``) is already in the store.
             SplitError: (``upsert``) a replacement would move a key to another split.
             ConflictError: another writer committed changes to the same keys first.
+            InvalidArgumentError: ``mode`` is not ``"append"`` or ``"upsert"``, ``message``
+                or ``metadata`` cannot go in a commit record, or ``fragments`` is not a
+                list of staged fragments; nothing was written.
         """
         self._head = txn.commit(self._head, fragments, mode=mode, message=message, metadata=metadata, progress=progress)
         return self._head.version
@@ -302,6 +307,7 @@ class Store:
                 rejected; the store is unchanged.
             ConflictError: another writer committed first; nothing was committed.
         """
+        check_arguments("append", message, metadata)
         self._require_model()
         runs = self._checked_runs(records, "append", progress, [])
         return self._write(runs, "append", message, metadata, progress)
@@ -325,6 +331,7 @@ class Store:
                 store is unchanged.
             ConflictError: another writer committed first; nothing was committed.
         """
+        check_arguments("upsert", message, metadata)
         self._require_model()
         unchanged: list[Key] = []
         runs = self._checked_runs(records, "upsert", progress, unchanged)
@@ -448,6 +455,8 @@ class Store:
             DuplicateKeyError: two inputs produced the same key, or (``append``) a key the
                 store has; nothing was committed.
             KeyFieldError, SchemaError, SplitError: a record ``fn`` made was rejected.
+            InvalidArgumentError: ``mode``, ``message``, ``metadata`` or ``num_workers`` cannot
+                be used; refused before ``fn`` runs on any input.
         """
         from litstore.ingest import ingest
 

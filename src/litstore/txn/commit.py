@@ -25,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 import random
 import time
+import typing
 from collections.abc import Callable, Collection, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -32,10 +33,19 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pydantic
+import pydantic_core
 
 from litstore import query
 from litstore._litdata.index import ChunkInfo, index_document
-from litstore.errors import ConflictError, StorageError, UncertainCommitError, VersionNotFoundError, describe
+from litstore.errors import (
+    ConflictError,
+    InvalidArgumentError,
+    StorageError,
+    UncertainCommitError,
+    VersionNotFoundError,
+    describe,
+)
 from litstore.format import hashing, layout
 from litstore.format import manifest as manifest_format
 from litstore.format.manifest import ChangeKind
@@ -51,6 +61,50 @@ if TYPE_CHECKING:
 
 _MAX_ATTEMPTS = 200
 _MAX_PAUSE = 0.004
+
+#: The modes a commit takes: ``append`` refuses keys the parent has, ``upsert`` replaces them.
+MODES: tuple[Mode, ...] = typing.get_args(Mode)
+
+#: What a commit record's ``metadata`` must be: a dict of text keys that pydantic can write as JSON.
+_METADATA: pydantic.TypeAdapter[dict[str, Any]] = pydantic.TypeAdapter(dict[str, Any])
+
+
+def check_arguments(mode: object, message: object, metadata: object) -> None:
+    """Refuse a ``mode``, ``message`` or ``metadata`` that no commit record can hold, before anything is written.
+
+    Checked where a write starts (:func:`commit`, ``Store.ingest``, ...): found only when
+    the commit record is built, they would fail after the manifest, indexes and fragments
+    were written.
+
+    Raises:
+        InvalidArgumentError: the argument named in the message is not one a commit takes.
+    """
+    if not isinstance(mode, str) or mode not in MODES:
+        raise InvalidArgumentError(f"mode must be one of {', '.join(map(repr, MODES))}, got {mode!r}")
+    if message is not None and not isinstance(message, str):
+        raise InvalidArgumentError(f"message must be a str or None, got {type(message).__name__} {message!r}")
+    if metadata is None:
+        return
+    try:
+        _METADATA.dump_json(_METADATA.validate_python(metadata))
+    except (pydantic.ValidationError, pydantic_core.PydanticSerializationError) as exc:
+        raise InvalidArgumentError(
+            f"metadata must be a dict of str keys to values JSON can hold, got {metadata!r}: {exc}"
+        ) from exc
+
+
+def _checked_fragments(fragments: object) -> list[StagedFragment]:
+    """``fragments`` as a list, if it is a collection of staged fragments.
+
+    Raises:
+        InvalidArgumentError: it is not (one fragment alone, a record, ...).
+    """
+    listed = list(fragments) if isinstance(fragments, (list, tuple)) else None
+    if listed is None or not all(isinstance(staged, StagedFragment) for staged in listed):
+        raise InvalidArgumentError(
+            f"fragments must be a list of StagedFragment (what stage returns), got {fragments!r}"
+        )
+    return listed
 
 
 def commit(
@@ -83,7 +137,11 @@ def commit(
     Raises:
         DuplicateKeyError, SplitError, KeyNotFoundError: see :func:`litstore.txn.plan.plan`.
         ConflictError: another writer committed changes to the same keys first.
+        InvalidArgumentError: see :func:`check_arguments`; or ``fragments`` is not a list of
+            staged fragments. Nothing was written.
     """
+    check_arguments(mode, message, metadata)
+    fragments = _checked_fragments(fragments)
     head = parent
     unchanged_keys = frozenset(unchanged)
     current = plan(head, fragments, mode, deletes, missing_ok, rewrite, chunk_bytes, unchanged_keys)

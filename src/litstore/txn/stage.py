@@ -168,6 +168,8 @@ def write_fragment(
                 if twice:
                     raise DuplicateKeyError(f"{len(twice)} keys appear more than once in the input: {describe(twice)}")
             _check_landed(directory, prefix, rows)
+        if not rows.num_rows:
+            storage.delete_tree(prefix)  # nothing staged: no empty directory is left, which gc would never remove
     except BaseException:
         storage.delete_tree(prefix)
         raise
