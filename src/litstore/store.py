@@ -457,6 +457,8 @@ class Store:
             KeyFieldError, SchemaError, SplitError: a record ``fn`` made was rejected.
             InvalidArgumentError: ``mode``, ``message``, ``metadata`` or ``num_workers`` cannot
                 be used; refused before ``fn`` runs on any input.
+            KeyboardInterrupt: Ctrl-C: the workers are interrupted (and killed if they do not
+                stop within a few seconds); nothing was committed.
         """
         from litstore.ingest import ingest
 
