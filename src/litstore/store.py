@@ -47,6 +47,7 @@ from litstore.snapshot import MISSING, Key, Record, Snapshot, VersionRef
 from litstore.storage import Storage, open_storage
 from litstore.tags import Tags
 from litstore.txn import leases, log
+from litstore.txn.commit import check_arguments
 
 if TYPE_CHECKING:
     import pandas
@@ -262,6 +263,7 @@ class Store:
         Commit one or more staged fragments, from any process, with :meth:`commit`.
         gc leaves the fragment alone for ``lease`` (default one day) after it was staged;
         a commit after that may find it removed (``StagedFragmentExpiredError``).
+        Staging no records writes nothing (the fragment is empty).
 
         Raises:
             KeyFieldError, DuplicateKeyError, SchemaError, SplitError: the records were
@@ -286,8 +288,11 @@ class Store:
             DuplicateKeyError: a key is staged twice, or (``append``) is already in the store.
             SplitError: (``upsert``) a replacement would move a key to another split.
             ConflictError: another writer committed changes to the same keys first.
+            InvalidArgumentError: ``mode`` is not ``"append"`` or ``"upsert"``, ``message``
+                or ``metadata`` cannot go in a commit record, or ``fragments`` is not a
+                list of staged fragments; nothing was written.
         """
-        message, metadata = check_message(message), check_metadata(metadata)
+        message, metadata = check_arguments(mode, message, metadata)
         self._head = txn.commit(self._head, fragments, mode=mode, message=message, metadata=metadata, progress=progress)
         return self._head.version
 
@@ -310,7 +315,7 @@ class Store:
                 rejected; the store is unchanged.
             ConflictError: another writer committed first; nothing was committed.
         """
-        message, metadata = check_message(message), check_metadata(metadata)
+        message, metadata = check_arguments("append", message, metadata)
         self._require_model()
         runs = self._checked_runs(records, "append", progress, [])
         return self._write(runs, "append", message, metadata, progress)
@@ -334,7 +339,7 @@ class Store:
                 store is unchanged.
             ConflictError: another writer committed first; nothing was committed.
         """
-        message, metadata = check_message(message), check_metadata(metadata)
+        message, metadata = check_arguments("upsert", message, metadata)
         self._require_model()
         unchanged: list[Key] = []
         runs = self._checked_runs(records, "upsert", progress, unchanged)
@@ -459,6 +464,10 @@ class Store:
             DuplicateKeyError: two inputs produced the same key, or (``append``) a key the
                 store has; nothing was committed.
             KeyFieldError, SchemaError, SplitError: a record ``fn`` made was rejected.
+            InvalidArgumentError: ``mode``, ``message``, ``metadata`` or ``num_workers`` cannot
+                be used; refused before ``fn`` runs on any input.
+            KeyboardInterrupt: Ctrl-C: the workers are interrupted (and killed if they do not
+                stop within a few seconds); nothing was committed.
         """
         from litstore.ingest import ingest
 

@@ -13,6 +13,7 @@ import litstore
 from litstore.format import layout
 from tests.conftest import tree_state
 
+from . import _stopping
 from ._workers import (
     MARK,
     exiting_on_7,
@@ -205,3 +206,51 @@ def test_an_input_pickle_refuses_with_value_error_is_an_ingest_error(tmp_path: P
     with pytest.raises(litstore.IngestError, match="cannot be sent to a worker"):
         store.ingest(str, [ctypes.pointer(ctypes.c_int(1))], num_workers=1, progress=False)
     assert store.version.number == 0
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("num_workers", [0, 2])
+@pytest.mark.parametrize(
+    ("fn", "named"),
+    [(_stopping.exiting_on_7, r"input 7 .*SystemExit\(3\)"), (_stopping.fatal_on_4, r"input 4 .*Fatal")],
+)
+def test_what_fn_raises_beyond_exception_is_an_ingest_error(
+    make_store: Callable[..., litstore.Store], fn: Callable[[int], object], named: str, num_workers: int
+) -> None:
+    """``sys.exit`` or another ``BaseException`` in fn is an IngestError naming the input; it never ends the caller."""
+    store = make_store(key="id")
+    before = tree_state(Path(store.root))
+    with pytest.raises(litstore.IngestError, match=named) as raised:
+        store.ingest(fn, range(12), num_workers=num_workers, progress=False)
+    assert raised.value.position in (7, 4)
+    assert tree_state(Path(store.root)) == before
+    assert litstore.open(store.root).version.number == 0
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("num_workers", [0, 2])
+@pytest.mark.parametrize(
+    ("fn", "named"),
+    [
+        (_stopping.number_on_3, r"fn returned 3 \(int\) for input 3"),
+        (_stopping.text_on_5, r"fn returned 'k0005' \(str\) for input 5"),
+        (_stopping.keys_on_6, r"fn returned an iterable holding 'k0006' \(str\) for input 6"),
+    ],
+)
+def test_fn_returning_what_is_not_a_record_is_named(
+    make_store: Callable[..., litstore.Store], fn: Callable[[int], object], named: str, num_workers: int
+) -> None:
+    """A number, a string, or an iterable of non-records: a typed error naming the input, nothing committed."""
+    store = make_store(key="id")
+    before = tree_state(Path(store.root))
+    with pytest.raises(litstore.IngestError, match=named) as raised:
+        store.ingest(fn, range(12), num_workers=num_workers, progress=False)
+    assert raised.value.position in (3, 5, 6)
+    assert tree_state(Path(store.root)) == before
+
+
+def test_a_schema_model_judges_the_records_fn_returns(make_store: Callable[..., litstore.Store]) -> None:
+    """Where the store has a model, what it accepts is a record (here: any object with the fields)."""
+    store = make_store(key="id", schema=_stopping.Sample)
+    version = store.ingest(_stopping.objects_of, range(5), num_workers=0, progress=False)
+    assert version.added == 5 and store["k0003"] == {"id": "k0003", "value": 3}

@@ -26,6 +26,7 @@ import contextlib
 import dataclasses
 import random
 import time
+import typing
 from collections.abc import Callable, Collection, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -38,6 +39,7 @@ from litstore import query
 from litstore._litdata.index import ChunkInfo, index_document
 from litstore.errors import (
     ConflictError,
+    InvalidArgumentError,
     StagedFragmentExpiredError,
     StorageError,
     UncertainCommitError,
@@ -66,6 +68,39 @@ if TYPE_CHECKING:
 
 _MAX_ATTEMPTS = 200
 _MAX_PAUSE = 0.004
+
+#: The modes a commit takes: ``append`` refuses keys the parent has, ``upsert`` replaces them.
+MODES: tuple[Mode, ...] = typing.get_args(Mode)
+
+
+def check_arguments(mode: object, message: object, metadata: object) -> tuple[str | None, dict[str, Any]]:
+    """``message`` and ``metadata`` as a commit record holds them, if ``mode``, ``message`` and ``metadata``
+    are what a commit takes; checked where a write starts, before anything is written.
+
+    Found only when the commit record is built, they would fail after the manifest,
+    indexes and fragments were written.
+
+    Raises:
+        InvalidArgumentError: the argument named in the message is not one a commit takes
+            (see :func:`~litstore.format.models.check_metadata`).
+    """
+    if not isinstance(mode, str) or mode not in MODES:
+        raise InvalidArgumentError(f"mode must be one of {', '.join(map(repr, MODES))}, got {mode!r}")
+    return check_message(message), check_metadata(metadata)
+
+
+def _checked_fragments(fragments: object) -> list[StagedFragment]:
+    """``fragments`` as a list, if it is a collection of staged fragments.
+
+    Raises:
+        InvalidArgumentError: it is not (one fragment alone, a record, ...).
+    """
+    listed = list(fragments) if isinstance(fragments, (list, tuple)) else None
+    if listed is None or not all(isinstance(staged, StagedFragment) for staged in listed):
+        raise InvalidArgumentError(
+            f"fragments must be a list of StagedFragment (what stage returns), got {fragments!r}"
+        )
+    return listed
 
 
 def commit(
@@ -98,10 +133,11 @@ def commit(
     Raises:
         DuplicateKeyError, SplitError, KeyNotFoundError: see :func:`litstore.txn.plan.plan`.
         ConflictError: another writer committed changes to the same keys first.
-        InvalidArgumentError: ``message`` or ``metadata`` cannot be committed (see
-            :func:`~litstore.format.models.check_metadata`); nothing was written.
+        InvalidArgumentError: see :func:`check_arguments`; or ``fragments`` is not a list of
+            staged fragments. Nothing was written.
     """
-    message, metadata = check_message(message), check_metadata(metadata)
+    message, metadata = check_arguments(mode, message, metadata)
+    fragments = _checked_fragments(fragments)
     head = parent
     unchanged_keys = frozenset(unchanged)
     current = plan(head, fragments, mode, deletes, missing_ok, rewrite, chunk_bytes, unchanged_keys)
