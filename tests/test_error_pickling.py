@@ -65,6 +65,7 @@ EXAMPLES: dict[type[LitstoreError], Callable[[], LitstoreError]] = {
             errors.QueryError,
             errors.StreamStateError,
             errors.ConflictError,
+            errors.StagedFragmentExpiredError,
             errors.MissingDependencyError,
             errors.IntegrityError,
             errors.StorageError,
