@@ -187,7 +187,7 @@ def test_escaped_is_linear_and_leaves_ordinary_text_alone() -> None:
     assert display.escaped("\x1b\x9b\u202e\ud800\n") == "\\x1b\\x9b\\u202e\\ud800\\x0a"
     start = time.perf_counter()
     display.shown(HOSTILE * 20_000, limit=10**9)
-    assert time.perf_counter() - start < 1
+    assert time.perf_counter() - start < 10  # quadratic would take minutes on this input (loaded CI: ~1 s)
     assert json.loads(display.json_text({"v": HOSTILE})) == {"v": HOSTILE}
     assert not FORBIDDEN & set(display.json_text({"v": HOSTILE}))
 
