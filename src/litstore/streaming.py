@@ -60,11 +60,11 @@ from litstore._litdata.writer import ChunkWriter
 from litstore.errors import IntegrityError, LitstoreError, StreamStateError, VersionNotFoundError
 from litstore.format import codec, hashing, layout
 from litstore.format.models import StoreConfig, Version
+from litstore.read import log
 from litstore.read.chunks import ChunkCache
 from litstore.read.decoded import DAMAGED, DecodedChunk
 from litstore.storage import Storage
 from litstore.storage.local import LocalStorage
-from litstore.txn import log
 
 _STATE_KEY = "litstore"
 _RECORDS_FILE = "records.arrow"

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from litstore.errors import ConflictError, TagError, VersionNotFoundError
 from litstore.format import layout
 from litstore.format.models import Tag, Version, check_tag_name
-from litstore.txn import log
+from litstore.read import log
 
 if TYPE_CHECKING:
     from litstore.snapshot import VersionRef
