@@ -143,7 +143,7 @@ def _imports_in(module: str, node: ast.AST, typing_only: bool) -> Iterator[Impor
 
 
 def _all_imports() -> list[Import]:
-    found = []
+    found: list[Import] = []
     for module, path in MODULES.items():
         found += _imports_in(module, ast.parse(path.read_text(), str(path)), False)
     return found
