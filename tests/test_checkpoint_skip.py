@@ -17,7 +17,7 @@ import pytest
 import litstore
 from litstore.format import layout
 from litstore.format import manifest as manifest_format
-from litstore.txn import log
+from litstore.read import log
 
 
 def _rows(table: pa.Table) -> list[tuple[Any, ...]]:

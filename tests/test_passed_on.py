@@ -15,9 +15,8 @@ from hypothesis import strategies as st
 import litstore
 from litstore.errors import DuplicateKeyError
 from litstore.format import hashing
-from litstore.read import keyindex
+from litstore.read import keyindex, log
 from litstore.read.keyindex import KeyIndex
-from litstore.txn import log
 
 Step = tuple[str, list[int]]
 

@@ -7,6 +7,7 @@
 0
 """
 
+from litstore import _litdata  # noqa: F401  (installs the record codec's media values)
 from litstore.errors import (
     ConflictError,
     DuplicateKeyError,

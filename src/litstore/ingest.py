@@ -37,6 +37,10 @@ starting the fork server is process-wide: a caller that uses the ``forkserver`` 
 method after an ingest gets this fork server, with litstore imported in it (the preload
 list the caller set is left as it was). ``num_workers=0`` runs everything in the calling
 process.
+
+``Store.ingest`` calls this module, never the other way: what ingest uses of a store is
+the :class:`IngestTarget` protocol, and a worker reopens the store with the caller's
+class.
 """
 
 from __future__ import annotations
@@ -51,7 +55,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from multiprocessing import forkserver
 from multiprocessing.connection import Connection, wait
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import pydantic
 from tqdm.auto import tqdm
@@ -68,7 +72,7 @@ if TYPE_CHECKING:
     from multiprocessing.synchronize import Event
 
     from litstore.format.models import Version
-    from litstore.store import Store
+    from litstore.storage import Storage
 
 #: Blocks of inputs per worker: the last blocks keep every worker busy until the end (a
 #: worker idles for at most one block's time), and taking a block from the queue costs a
@@ -99,8 +103,52 @@ _PRELOAD_LOCK = threading.Lock()
 Block = tuple[int, Sequence[Any]]
 
 
+class _Head(Protocol):
+    """What ingest reads of a store's head: the model its records are validated against."""
+
+    @property
+    def model(self) -> type[pydantic.BaseModel] | None: ...
+
+
+class IngestTarget(Protocol):
+    """What ingest uses of a store: :class:`litstore.Store` is one.
+
+    Workers reopen the store with ``type(store).open``, so the class must be importable
+    by them (it is pickled by reference).
+    """
+
+    @classmethod
+    def open(
+        cls,
+        root: str,
+        *,
+        schema: type[pydantic.BaseModel] | None = None,
+        storage_options: dict[str, Any] | None = None,
+    ) -> IngestTarget: ...
+
+    @property
+    def root(self) -> str: ...
+
+    @property
+    def storage(self) -> Storage: ...
+
+    def head(self) -> _Head: ...
+
+    def stage(self, records: Iterable[Any]) -> StagedFragment: ...
+
+    def commit(
+        self,
+        fragments: Sequence[StagedFragment],
+        *,
+        mode: Literal["append", "upsert"],
+        message: str | None,
+        metadata: dict[str, Any] | None,
+        progress: bool,
+    ) -> Version: ...
+
+
 def ingest(
-    store: Store,
+    store: IngestTarget,
     fn: Callable[[Any], Any],
     inputs: Iterable[Any],
     *,
@@ -155,7 +203,12 @@ def ingest(
 
 
 def _run_workers(
-    store: Store, fn: Callable[[Any], Any], blocks: list[Block], workers: int, fragments: list[StagedFragment], bar: Any
+    store: IngestTarget,
+    fn: Callable[[Any], Any],
+    blocks: list[Block],
+    workers: int,
+    fragments: list[StagedFragment],
+    bar: Any,
 ) -> None:
     """Stage ``blocks`` in ``workers`` processes, appending each worker's fragment to ``fragments``.
 
@@ -179,7 +232,8 @@ def _run_workers(
     stop = context.Event()
     done: Synchronized[int] = context.Value("q", 0)
     lifeline, held = context.Pipe(duplex=False)  # the workers read it; EOF: the caller is gone
-    shared = (store.root, dict(store.storage.options), store.head().model, fn, queue, stop, done, dict(os.environ))
+    options = dict(store.storage.options)
+    shared = (type(store), store.root, options, store.head().model, fn, queue, stop, done, dict(os.environ))
     processes: list[BaseProcess] = []
     running: dict[Connection, BaseProcess] = {}  # the workers whose outcome is still to come
     try:
@@ -349,6 +403,7 @@ class _Stopped(Exception):
 
 
 def _work(
+    opener: type[IngestTarget],
     root: str,
     options: dict[str, Any],
     model: type[pydantic.BaseModel] | None,
@@ -365,8 +420,9 @@ def _work(
     The outcome is ``("staged", fragment)`` (``None``: no records), ``("stopped", None)``
     or ``("failed", error)``; whatever ``fn`` raises, ``SystemExit`` included, is sent as
     an :class:`IngestError` naming the input, so it reaches the caller as an error and never
-    ends the caller. The worker takes the caller's environment (one forked from the fork
-    server has the fork server's), and ends itself once the caller is gone.
+    ends the caller. The worker reopens the store with ``opener.open``, takes the caller's
+    environment (one forked from the fork server has the fork server's), and ends itself
+    once the caller is gone.
     """
     finished = _watch_caller(lifeline)
     signal.signal(signal.SIGINT, _interrupted)
@@ -375,7 +431,7 @@ def _work(
     os.environ.update(environ)
     outcome: tuple[str, Any]
     try:
-        outcome = ("staged", _stage_blocks(root, options, model, fn, _taken_blocks(queue, stop), done))
+        outcome = ("staged", _stage_blocks(opener, root, options, model, fn, _taken_blocks(queue, stop), done))
     except _Stopped:
         outcome = ("stopped", None)
     except LitstoreError as exc:
@@ -420,6 +476,7 @@ def _interrupted(signum: int, frame: object) -> None:
 
 
 def _stage_blocks(
+    opener: type[IngestTarget],
     root: str,
     options: dict[str, Any],
     model: type[pydantic.BaseModel] | None,
@@ -428,13 +485,12 @@ def _stage_blocks(
     done: Synchronized[int],
 ) -> StagedFragment | None:
     """In a worker: stage the records ``fn`` makes of ``blocks`` (``None``: no records)."""
-    from litstore.store import Store
 
     def count(block: Block) -> None:
         with done.get_lock():
             done.value += len(block[1])
 
-    store = Store.open(root, schema=model, storage_options=options or None)
+    store = opener.open(root, schema=model, storage_options=options or None)
     staged = store.stage(_records(fn, blocks, count, model, passed=(LitstoreError,)))
     if len(staged):
         return staged

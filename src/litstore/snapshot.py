@@ -37,12 +37,12 @@ from litstore.errors import (
 )
 from litstore.format import codec, hashing
 from litstore.format.models import StoreConfig, Version, declared_fields
+from litstore.read import log
 from litstore.read.chunks import ChunkCache, mismatched
 from litstore.read.groups import by_chunk, chunk_order, chunk_runs
 from litstore.read.keyindex import KeyIndex
 from litstore.read.manifests import ManifestCache
 from litstore.storage import Storage
-from litstore.txn import log
 from litstore.txn.stage import release_freed
 
 if TYPE_CHECKING:

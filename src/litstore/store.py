@@ -43,10 +43,11 @@ from litstore.format.models import (
     check_message,
     check_metadata,
 )
+from litstore.read import log
 from litstore.snapshot import MISSING, Key, Record, Snapshot, VersionRef
 from litstore.storage import Storage, open_storage
 from litstore.tags import Tags
-from litstore.txn import leases, log
+from litstore.txn import leases
 from litstore.txn.commit import check_arguments
 
 if TYPE_CHECKING:

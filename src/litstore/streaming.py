@@ -15,10 +15,12 @@ exactly at the store before litdata follows it, so another user of a shared temp
 directory cannot plant chunks for a training run to read. Creating a view removes the
 views of the same store whose version no longer exists.
 
-A local store streams with the view directory as litdata's input directory, so
-litdata memory-maps the committed chunks in place through the symlink (no copy of
-chunk data). An S3 store streams with the store URL as input directory, the view's
-index as ``index_path`` and the view's own ``cache/``. Either way the store root is
+The storage backend says how litdata reaches the store
+(:meth:`~litstore.storage.Storage.litdata_input`). A local store streams with the view
+directory as litdata's input directory, so litdata memory-maps the committed chunks
+in place through the symlink (no copy of chunk data). A remote (S3) store streams with
+the store URL as input directory, the view's index as ``index_path`` and the view's
+own ``cache/``. Either way the store root is
 never written by readers (a shared, read-only store streams fine), and two versions
 never share an ``index.json`` or a cache: litdata copies a custom ``index_path`` into
 its input or cache directory, so versions sharing one would read each other's.
@@ -60,11 +62,11 @@ from litstore._litdata.writer import ChunkWriter
 from litstore.errors import IntegrityError, LitstoreError, StreamStateError, VersionNotFoundError
 from litstore.format import codec, hashing, layout
 from litstore.format.models import StoreConfig, Version
+from litstore.read import log
 from litstore.read.chunks import ChunkCache
 from litstore.read.decoded import DAMAGED, DecodedChunk
-from litstore.storage import Storage
+from litstore.storage import LocalInput, Storage
 from litstore.storage.local import LocalStorage
-from litstore.txn import log
 
 _STATE_KEY = "litstore"
 _RECORDS_FILE = "records.arrow"
@@ -95,14 +97,16 @@ def open_dataset(
     ``records`` (from :func:`stream_records`) are the key and content hash of each item
     in stream order; ``None`` streams without checking items.
     """
-    root = storage.local_path(layout.FRAGMENTS)
-    remote = storage.url.startswith("s3://")
-    if root is None and not remote:
+    source = storage.litdata_input()
+    if source is None:
         raise LitstoreError(f"litdata cannot stream from {storage.url}: use a local or s3:// store")
+    local = source.directory if isinstance(source, LocalInput) else None
+    if local is not None:
+        storage.local_path(layout.FRAGMENTS)  # the backend's checks: litdata follows no link the store holds
     directory = view(
         views_root(views_dir),
         storage,
-        root is not None,
+        local,
         version,
         split,
         chunks,
@@ -111,19 +115,18 @@ def open_dataset(
     )
     identity = {"root": storage.url, "version": version.number, "split": split, "fingerprint": version.fingerprint}
     checked = directory / _RECORDS_FILE if records is not None else None
-    if root is not None:
+    if isinstance(source, LocalInput):
         for chunk in chunks:  # litdata opens chunks by path: apply the storage's checks (links, FIFOs) first
             storage.read_range(chunk.filename, 0, 0)
         return VersionDataset(
-            str(directory), identity, chunks=chunks, records_file=checked, chunk_root=storage.url, **kwargs
+            str(directory), identity, chunks=chunks, records_file=checked, chunk_root=source.directory, **kwargs
         )
     kwargs.setdefault("cache_dir", str(directory / "cache"))
-    kwargs.setdefault("storage_options", dict(storage.options))
-    plain_http = str(storage.options.get("endpoint_url", "")).startswith("http://")
+    kwargs.setdefault("storage_options", dict(source.storage_options))
     return VersionDataset(
-        storage.url,
+        source.url,
         identity,
-        plain_http=plain_http,
+        plain_http=source.plain_http,
         chunks=chunks,
         records_file=checked,
         index_path=str(directory / "index.json"),
@@ -503,7 +506,7 @@ def views_root(views_dir: str | os.PathLike[str] | None = None) -> Path:
 def view(
     views: Path,
     storage: Storage,
-    local: bool,
+    local: str | None,
     version: Version,
     split: str | None,
     chunks: list[ChunkInfo],
@@ -511,6 +514,9 @@ def view(
     records: pa.Table | None,
 ) -> Path:
     """Make (or reuse) the private view directory of one version and split of a store.
+
+    ``local`` is the store root's local directory, whose ``fragments`` the view links to
+    (``None``: a remote store, whose chunks litdata downloads into the view's cache).
 
     The directory is named by the commit's transaction id, unique to that commit, so
     a view (and litdata's cache in it) can never be mistaken for another store's or
@@ -525,8 +531,8 @@ def view(
     name = f"{version.number:08d}-{version.transaction or 'initial'}"
     _remove_stale_views(storage, store_views, keep=name)
     directory = _private_directory(_private_directory(store_views / name, replace=True) / (split or "_all"), True)
-    if local:
-        _link_fragments(directory / "fragments", Path(storage.url) / layout.FRAGMENTS)
+    if local is not None:
+        _link_fragments(directory / "fragments", Path(local) / layout.FRAGMENTS)
     _write_if_changed(directory / "index.json", index_document(chunks, chunk_bytes))
     if records is not None:
         sink = pa.BufferOutputStream()

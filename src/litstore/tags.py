@@ -4,6 +4,9 @@
 silently: naming another version with an existing tag needs ``move=True``. A tag
 that ``create`` returned protects its version from every gc, including one that was
 running while it was created.
+
+``Store.tags`` makes a :class:`Tags` over the store; what it uses of the store is the
+:class:`TagOwner` protocol, so this module never imports :mod:`litstore.store`.
 """
 
 from __future__ import annotations
@@ -11,20 +14,38 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator, Mapping
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from litstore.errors import ConflictError, TagError, VersionNotFoundError
 from litstore.format import layout
 from litstore.format.models import Tag, Version, check_tag_name
-from litstore.txn import log
+from litstore.read import log
 
 if TYPE_CHECKING:
     from litstore.snapshot import VersionRef
-    from litstore.store import Store
+    from litstore.storage import Storage
 
 
 #: How long creating a tag waits for a gc that is expiring its version to finish, in seconds.
 _GC_WAIT = 10.0
+
+
+class _Head(Protocol):
+    """What tags read of a store's head: its version, and how it resolves a version reference."""
+
+    @property
+    def version(self) -> Version: ...
+
+    def resolve(self, version: VersionRef) -> int: ...
+
+
+class TagOwner(Protocol):
+    """What :class:`Tags` uses of a store: :class:`litstore.Store` is one."""
+
+    @property
+    def storage(self) -> Storage: ...
+
+    def head(self) -> _Head: ...
 
 
 class Tags(Mapping[str, int]):
@@ -34,7 +55,7 @@ class Tags(Mapping[str, int]):
     ``store.tags.delete(...)``. A tag never moves silently.
     """
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: TagOwner) -> None:
         self._store = store
 
     def __getitem__(self, name: str) -> int:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from litstore.storage.base import Storage
+from litstore.storage.base import RemoteInput, Storage
 from litstore.testing import StorageTests
 
 pytest_plugins = ["tests.s3_server"]
@@ -30,3 +30,14 @@ class TestS3StorageAtBucketRoot(StorageTests):
         from litstore.storage.s3 import S3Storage
 
         return S3Storage(f"s3://{s3_bucket}", {"endpoint_url": s3_endpoint})
+
+
+def test_litdata_input_is_the_url_with_the_options(s3_endpoint: str, s3_bucket: str) -> None:
+    from litstore.storage.s3 import S3Storage
+
+    options = {"endpoint_url": s3_endpoint, "region_name": "us-east-1"}
+    source = S3Storage(f"s3://{s3_bucket}/stores/one", options).litdata_input()
+    assert source == RemoteInput(f"s3://{s3_bucket}/stores/one", options, plain_http=s3_endpoint.startswith("http://"))
+    assert source.plain_http  # moto on loopback: litdata needs litstore's plain-http downloader
+    https = S3Storage(f"s3://{s3_bucket}", {"endpoint_url": "https://s3.example.com"}).litdata_input()
+    assert not https.plain_http

@@ -8,13 +8,37 @@
 - :mod:`.downloader`: plain-http S3 downloads for litdata's streaming.
 
 Importing this package imports none of them; litdata (and with it torch) is imported
-only by the modules that need it, when first used. When litdata changes, this
+only by the modules that need it, when first used. It installs the record codec's
+media values (:func:`litstore.format.codec.install_media_codec`), which import
+:mod:`.media` the first time a record holds one. When litdata changes, this
 package changes, and ``tests/test_litdata_facts.py`` says where.
 """
 
 from __future__ import annotations
 
 from importlib.metadata import version
+from typing import Any
+
+from litstore.format import codec
 
 #: The litdata release litstore's chunk layout was checked against (pinned in pyproject).
 LITDATA_VERSION: str = version("litdata")
+
+
+class _Media:
+    """litdata's media values in records, through :mod:`.media`, imported on first use."""
+
+    def encode(self, value: Any, path: str) -> tuple[str, bytes] | None:
+        if not type(value).__module__.startswith("litdata"):
+            return None  # media values are litdata's own types: telling so needs no import of litdata
+        from litstore._litdata import media
+
+        return media.encode_media(value, path) if media.is_media(value) else None
+
+    def decode(self, data_format: str, data: bytes) -> Any:
+        from litstore._litdata import media
+
+        return media.decode_media(data_format, data)
+
+
+codec.install_media_codec(_Media())

@@ -1,6 +1,7 @@
 """litdata media values (``litdata.Image``, ...) inside records: serialized by litdata.
 
-Only importing this module imports litdata (and torch); the codec does so the first
+Only importing this module imports litdata (and torch); the media codec that
+:mod:`litstore._litdata` installs in :mod:`litstore.format.codec` does so the first
 time a record holds a media value.
 
 A stored media value names the litdata serializer that decodes it (its "data

@@ -13,7 +13,10 @@ same record always gives the same bytes and therefore the same content hash:
 - ints outside MessagePack's 64-bit range keep their exact value;
 - litdata media values (``litdata.Image`` and friends) are stored with litdata's own
   serializer and come back decoded exactly as litdata's ``StreamingDataset`` decodes
-  them (an ``Image`` comes back as a ``uint8`` tensor).
+  them (an ``Image`` comes back as a ``uint8`` tensor). This module stores such a
+  value as a format name and bytes and knows nothing else about it: the
+  :class:`MediaCodec` that does is installed by :mod:`litstore._litdata` when it is
+  imported (``import litstore`` does), so the record format never imports litdata.
 
 Anything else raises :class:`UnsupportedValueError` naming the value's path, and so
 does a record nested more than :data:`MAX_DEPTH` containers deep (a record that
@@ -33,7 +36,7 @@ import math
 import sys
 import threading
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import msgpack
 import numpy as np
@@ -59,6 +62,36 @@ _BIGINT_MAX_DIGITS = 4300
 
 # Lone surrogates ("\ud800") are valid Python str; keep them rather than fail.
 _PACKER_OPTIONS: dict[str, Any] = {"use_bin_type": True, "unicode_errors": "surrogatepass"}
+
+
+class MediaCodec(Protocol):
+    """How media values become a format name and bytes, and back; see :func:`install_media_codec`."""
+
+    def encode(self, value: Any, path: str) -> tuple[str, bytes] | None:
+        """``(format, bytes)`` of ``value`` if it is a media value, else ``None``.
+
+        Raises:
+            UnsupportedValueError: a media value that cannot be stored (``path`` names it).
+        """
+
+    def decode(self, data_format: str, data: bytes) -> Any:
+        """The media value stored as ``data`` in ``data_format``.
+
+        Raises:
+            IntegrityError: the format is not one that is decoded, or the bytes do not decode.
+        """
+
+
+_media_codec: MediaCodec | None = None
+
+
+def install_media_codec(media: MediaCodec) -> None:
+    """Store and decode media values with ``media`` (:mod:`litstore._litdata` installs litdata's).
+
+    Without one, a media value is an unsupported value and stored media bytes do not decode.
+    """
+    global _media_codec
+    _media_codec = media
 
 
 # Dict keys MessagePack reads back as they were written (hashable, same type).
@@ -116,12 +149,9 @@ def _canonical(value: Any, path: str, depth: int = 0) -> Any:
         return _canonical(dict(value), path, depth)
     if isinstance(value, (str, int, float)):  # subclasses such as IntEnum store as their base type
         return _canonical(_builtin(value), path, depth)
-    if type(value).__module__.startswith("litdata"):
-        from litstore._litdata import media
-
-        if media.is_media(value):
-            data_format, data = media.encode_media(value, path)
-            return msgpack.ExtType(_MEDIA, _pack([data_format, data]))
+    media = _media_codec.encode(value, path) if _media_codec is not None else None
+    if media is not None:
+        return msgpack.ExtType(_MEDIA, _pack(list(media)))
     if type(value).__module__.startswith("PIL."):
         raise UnsupportedValueError(path, value, "PIL images cannot be stored as such; use litdata.Image(image=...)")
     raise UnsupportedValueError(path, value)
@@ -236,12 +266,12 @@ def _ext_hook(code: int, data: bytes) -> Any:
             raise ValueError(f"a non-canonical big int {text!r}")
         return value
     if code == _MEDIA:
-        from litstore._litdata import media
-
         data_format, raw = _body(data, 2)
         if type(data_format) is not str or type(raw) is not bytes:
             raise ValueError("a media value whose format or bytes have the wrong type")
-        return media.decode_media(data_format, raw)
+        if _media_codec is None:
+            raise ValueError(f"a {data_format!r} media value, and no media codec is installed")
+        return _media_codec.decode(data_format, raw)
     raise ValueError(f"unknown extension type {code} in stored record")
 
 

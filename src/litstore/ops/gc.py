@@ -59,9 +59,11 @@ from tqdm.auto import tqdm
 
 from litstore.errors import InvalidArgumentError, StorageError
 from litstore.format import layout
-from litstore.format.models import ExpiredVersion, Version
+from litstore.format import manifest as manifest_format
+from litstore.format.models import ExpiredVersion, StoreConfig, Version
+from litstore.read import log
 from litstore.storage import FileInfo, Storage
-from litstore.txn import leases, log
+from litstore.txn import leases
 
 if TYPE_CHECKING:
     from litstore.snapshot import Snapshot
@@ -184,8 +186,7 @@ def collect(
             while True:
                 for version in _needing_checkpoints(storage, versions, kept):
                     if version.number not in written:
-                        full = log.compose_manifest(storage, config, version.number)
-                        log.write_checkpoint(storage, config, version, full)
+                        _write_checkpoint(storage, config, version)
                         written.append(version.number)
                 expiring = [version.number for version in versions if version.number not in kept]
                 for number in expiring:
@@ -307,6 +308,16 @@ def _remove(
     finally:
         bar.close()
     return sorted(removed)
+
+
+def _write_checkpoint(storage: Storage, config: StoreConfig, version: Version) -> None:
+    """Write the full manifest of ``version`` to its checkpoint path, so its chain stops there."""
+    assert version.transaction is not None, "version 0 has no manifest to checkpoint"
+    full = log.compose_manifest(storage, config, version.number)
+    storage.write(
+        layout.manifest_checkpoint(version.number, version.transaction),
+        manifest_format.to_parquet(full, key_hash=config.stores_key_hash),
+    )
 
 
 def _needing_checkpoints(storage: Storage, versions: list[Version], kept: set[int]) -> list[Version]:

@@ -14,8 +14,8 @@ from litstore.format import hashing, layout
 from litstore.format import manifest as manifest_format
 from litstore.format.manifest import ChangeKind
 from litstore.format.models import ExpiredVersion, StoreConfig, Version
+from litstore.read import log
 from litstore.storage import Storage
-from litstore.txn import log
 
 
 class ManifestCache:

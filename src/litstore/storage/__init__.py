@@ -19,7 +19,7 @@ from importlib import import_module
 from typing import Any
 
 from litstore.errors import MissingFileError, StorageError, UnsafePathError
-from litstore.storage.base import FileInfo, Storage, check_path
+from litstore.storage.base import FileInfo, LitdataInput, LocalInput, RemoteInput, Storage, check_path
 
 #: URL scheme -> "module:class" of its backend. A new backend adds one line here.
 BACKENDS: dict[str, str] = {
@@ -28,7 +28,18 @@ BACKENDS: dict[str, str] = {
     "memory": "litstore.storage.memory:MemoryStorage",
 }
 
-__all__ = ["BACKENDS", "FileInfo", "MissingFileError", "Storage", "UnsafePathError", "check_path", "open_storage"]
+__all__ = [
+    "BACKENDS",
+    "FileInfo",
+    "LitdataInput",
+    "LocalInput",
+    "MissingFileError",
+    "RemoteInput",
+    "Storage",
+    "UnsafePathError",
+    "check_path",
+    "open_storage",
+]
 
 
 def open_storage(root: str | os.PathLike[str] | Storage, options: dict[str, Any] | None = None) -> Storage:

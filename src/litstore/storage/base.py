@@ -15,6 +15,10 @@ link, which fails if the target exists; on S3 a conditional PUT; in memory a loc
 so of two writers creating the same commit record exactly one succeeds. Every other
 write replaces a whole file atomically, so a reader never sees a half-written file.
 
+How litdata's ``StreamingDataset`` reaches a root is the backend's to say
+(:meth:`Storage.litdata_input`): it reads a local directory in place, downloads from a
+remote URL with the backend's options, or cannot reach the root at all.
+
 A new backend is one module with a subclass of :class:`Storage`, one entry in
 :data:`litstore.storage.BACKENDS`, and one test module subclassing
 :class:`litstore.testing.StorageTests`.
@@ -34,7 +38,16 @@ from typing import Any, NamedTuple
 
 from litstore.errors import MissingFileError, UnsafePathError
 
-__all__ = ["FileInfo", "MissingFileError", "Storage", "UnsafePathError", "check_path"]
+__all__ = [
+    "FileInfo",
+    "LitdataInput",
+    "LocalInput",
+    "MissingFileError",
+    "RemoteInput",
+    "Storage",
+    "UnsafePathError",
+    "check_path",
+]
 
 # Printable ASCII without separators or shell-hostile characters.
 _SEGMENT = re.compile(r"[A-Za-z0-9_.@+=,-]{1,255}")
@@ -46,6 +59,26 @@ class FileInfo(NamedTuple):
     path: str  # relative to the store root
     size: int
     modified: float  # seconds since the epoch
+
+
+class LocalInput(NamedTuple):
+    """litdata reads the root's files in place: the root is the local ``directory``."""
+
+    directory: str
+
+
+class RemoteInput(NamedTuple):
+    """litdata downloads the root's files from ``url``, its ``StreamingDataset`` given ``storage_options``."""
+
+    url: str
+    storage_options: dict[str, Any]
+    #: The service is reached over plain http (a local S3 such as moto or MinIO), which
+    #: litdata's own downloader does not do: litstore registers one that does.
+    plain_http: bool = False
+
+
+#: How litdata's streaming reaches a root (:meth:`Storage.litdata_input`).
+LitdataInput = LocalInput | RemoteInput
 
 
 def check_path(path: str) -> str:
@@ -125,6 +158,15 @@ class Storage(ABC):
     def local_path(self, path: str) -> str | None:
         """The local file system path of the file, if the backend has one (litdata then reads it in place)."""
         check_path(path)
+        return None
+
+    def litdata_input(self) -> LitdataInput | None:
+        """How litdata's ``StreamingDataset`` reaches the root's files; ``None``: it cannot (by default).
+
+        A :class:`LocalInput` directory is read in place (litdata memory-maps chunks); a
+        :class:`RemoteInput` URL is downloaded from, chunk by chunk, into a local cache.
+        With ``None``, ``dataset()`` raises.
+        """
         return None
 
     def mapped(self, path: str) -> mmap.mmap | bytes | None:

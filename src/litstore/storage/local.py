@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from litstore.errors import MissingFileError, StorageError, UnsafePathError
-from litstore.storage.base import FileInfo, Storage, check_path
+from litstore.storage.base import FileInfo, LocalInput, Storage, check_path
 
 # The temporary file a write renames into place: ``.tmp-<32 hex>-<name>``.
 _TEMPORARY = re.compile(r"\.tmp-[0-9a-f]{32}-.+")
@@ -67,6 +67,10 @@ class LocalStorage(Storage):
 
     def local_path(self, path: str) -> str:
         return str(self._full(path))
+
+    def litdata_input(self) -> LocalInput:
+        """The root itself: litdata memory-maps the committed chunks in place."""
+        return LocalInput(str(self.root))
 
     def read(self, path: str) -> bytes:
         with self._open(path) as handle:

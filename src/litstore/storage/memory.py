@@ -13,7 +13,7 @@ import time
 from typing import Any
 
 from litstore.errors import MissingFileError
-from litstore.storage.base import FileInfo, Storage, check_path
+from litstore.storage.base import FileInfo, LitdataInput, Storage, check_path
 
 _VOLUMES: dict[str, dict[str, tuple[bytes, float]]] = {}
 _LOCK = threading.Lock()
@@ -34,6 +34,10 @@ class MemoryStorage(Storage):
     @property
     def url(self) -> str:
         return f"memory://{self._name}"
+
+    def litdata_input(self) -> LitdataInput | None:
+        """``None``: litdata reads files or URLs, and another process cannot see this memory."""
+        return None
 
     def read(self, path: str) -> bytes:
         check_path(path)

@@ -26,7 +26,7 @@ import boto3
 from botocore.exceptions import BotoCoreError, ClientError
 
 from litstore.errors import MissingFileError, StorageError
-from litstore.storage.base import FileInfo, Storage, check_path
+from litstore.storage.base import FileInfo, RemoteInput, Storage, check_path
 
 _NOT_FOUND = {"404", "NoSuchKey", "NotFound"}
 _ALREADY_EXISTS = {"PreconditionFailed", "412", "ConditionalRequestConflict", "409"}
@@ -54,6 +54,11 @@ class S3Storage(Storage):
     @property
     def url(self) -> str:
         return f"s3://{self.bucket}/{self.prefix}" if self.prefix else f"s3://{self.bucket}"
+
+    def litdata_input(self) -> RemoteInput:
+        """The root's URL, with the same boto3 options (litdata passes them to its S3 client)."""
+        plain_http = str(self.options.get("endpoint_url", "")).startswith("http://")
+        return RemoteInput(self.url, dict(self.options), plain_http)
 
     def _key(self, path: str) -> str:
         check_path(path)

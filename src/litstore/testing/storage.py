@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 
 from litstore.errors import MissingFileError, UnsafePathError
-from litstore.storage.base import FileInfo, Storage
+from litstore.storage.base import FileInfo, LocalInput, RemoteInput, Storage
 
 __all__ = ["UNSAFE_PATHS", "StorageTests"]
 
@@ -156,6 +156,19 @@ class StorageTests:
         local = storage.local_path("a/f")
         if local is not None:
             assert Path(local).read_bytes() == b"0123456789"
+
+    def test_litdata_input_reaches_the_root(self, storage: Storage) -> None:
+        """What streaming hands litdata names the root, so a chunk's store path is its path there too."""
+        storage.write("a/f", b"0123456789")
+        source = storage.litdata_input()
+        if isinstance(source, LocalInput):
+            assert Path(source.directory, "a", "f").read_bytes() == b"0123456789"
+        elif isinstance(source, RemoteInput):
+            assert source.url == storage.url
+            assert source.storage_options == dict(storage.options)
+            assert source.storage_options is not storage.options  # litdata may keep (and change) its copy
+        else:
+            assert source is None, f"litdata_input() returned {source!r}, not a LitdataInput or None"
 
     def test_write_file_copies_a_local_file(self, storage: Storage, tmp_path: Path) -> None:
         source = tmp_path / "source.bin"

@@ -15,7 +15,8 @@ Writing a version is two steps, which may run in different places:
 by ``gc`` after its grace period, or at once by :func:`discard`.
 
 Modules: :mod:`.records` (input validation), :mod:`.stage`, :mod:`.plan`,
-:mod:`.commit`, :mod:`.log` (reading the version log).
+:mod:`.commit`, :mod:`.fields` (``add_fields``), :mod:`.leases`, :mod:`.claims`. The
+version log they read is :mod:`litstore.read.log`.
 """
 
 from litstore.txn.commit import commit

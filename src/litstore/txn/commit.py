@@ -57,9 +57,10 @@ from litstore.format.models import (
     check_metadata,
     declared_fields,
 )
+from litstore.read import log
 from litstore.read.groups import by_chunk
 from litstore.read.keyindex import KeyIndex
-from litstore.txn import claims, leases, log
+from litstore.txn import claims, leases
 from litstore.txn.plan import Mode, Plan, plan
 from litstore.txn.stage import Moved, StagedFragment, discard, write_fragment
 

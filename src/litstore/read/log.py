@@ -1,5 +1,9 @@
 """The version log: reading commit records, tags, split indexes and manifests of a store.
 
+Every reader of a store's metadata comes here (snapshots, the commit protocol, gc,
+tags, streaming); nothing here writes. Writing a checkpoint is the commit's job
+(:mod:`litstore.txn.commit`, :mod:`litstore.txn.fields`) or gc's.
+
 Everything here reads what committed writers left and trusts none of it: a damaged
 or crafted file raises :class:`~litstore.errors.IntegrityError` naming it, never a
 parsing library's own error, and every file name read from metadata is checked
@@ -176,16 +180,6 @@ def manifest_chain(storage: Storage, version: Version, checkpoints: set[str]) ->
             break
         current = read_version(storage, current.number - 1)
     return deltas, None
-
-
-def write_checkpoint(storage: Storage, config: StoreConfig, version: Version, full: pa.Table | None = None) -> str:
-    """Write the full manifest of ``version`` (composed if not given) to its checkpoint path."""
-    assert version.transaction is not None, "version 0 has no manifest to checkpoint"
-    if full is None:
-        full = compose_manifest(storage, config, version.number)
-    path = layout.manifest_checkpoint(version.number, version.transaction)
-    storage.write(path, manifest_format.to_parquet(full, key_hash=config.stores_key_hash))
-    return path
 
 
 def tag_names(storage: Storage) -> list[str]:
