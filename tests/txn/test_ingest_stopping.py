@@ -153,5 +153,5 @@ def test_workers_end_when_their_caller_is_killed(make_store: Callable[..., litst
     time.sleep(0.5)
     assert staged_files() == written, "something still writes fragments"
     assert litstore.open(store.root).version.number == 0
-    store.gc(grace=timedelta(0), break_leases=True)  # what the workers had staged is debris of an ingest that never committed
+    store.gc(grace=timedelta(0), break_leases=True)  # the workers' fragments: debris of an ingest never committed
     assert tree_state(root) == before
