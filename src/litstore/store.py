@@ -31,7 +31,7 @@ from litstore.errors import (
     first_problem,
 )
 from litstore.format import config as config_format
-from litstore.format import hashing, layout
+from litstore.format import layout
 from litstore.format.models import (
     FieldSplit,
     HashSplit,
@@ -47,7 +47,7 @@ from litstore.snapshot import MISSING, Key, Record, Snapshot, VersionRef
 from litstore.storage import Storage, open_storage
 from litstore.tags import Tags
 from litstore.txn import leases, log
-from litstore.txn.commit import check_arguments
+from litstore.txn.change import check_arguments
 
 if TYPE_CHECKING:
     import pandas
@@ -293,7 +293,8 @@ class Store:
                 list of staged fragments; nothing was written.
         """
         message, metadata = check_arguments(mode, message, metadata)
-        self._head = txn.commit(self._head, fragments, mode=mode, message=message, metadata=metadata, progress=progress)
+        change = txn.Write(fragments, mode)
+        self._head = txn.commit(self._head, change, message=message, metadata=metadata, progress=progress)
         return self._head.version
 
     def append(
@@ -362,21 +363,10 @@ class Store:
             ConflictError: another writer committed first; nothing was committed.
         """
         message, metadata = check_message(message), check_metadata(metadata)
-        if isinstance(keys, (str, bytes)):
-            raise InvalidArgumentError(f"delete takes a list of keys, not one key: use delete([{keys!r}])")
-        keys = [hashing.normalize_key(key) for key in keys]  # type: ignore[misc]
-        if not keys:
+        change = txn.Delete(keys, missing_ok)
+        if not change.keys:
             return self.version
-        self._head = txn.commit(
-            self._head,
-            [],
-            mode="upsert",
-            deletes=keys,
-            missing_ok=missing_ok,
-            message=message,
-            metadata=metadata,
-            progress=progress,
-        )
+        self._head = txn.commit(self._head, change, message=message, metadata=metadata, progress=progress)
         return self.version
 
     def _runs(self, records: Iterable[Any], progress: bool) -> Iterator[txn.Batch]:
@@ -423,15 +413,8 @@ class Store:
                 return self.version
             fragments = []
         try:
-            self._head = txn.commit(
-                self._head,
-                fragments,
-                mode=mode,
-                message=message,
-                metadata=metadata,
-                progress=progress,
-                unchanged=unchanged,
-            )
+            change = txn.Write(fragments, mode, unchanged)
+            self._head = txn.commit(self._head, change, message=message, metadata=metadata, progress=progress)
         except BaseException as exc:
             if fragments and not isinstance(exc, UncertainCommitError):  # the record may reference the fragment
                 txn.discard(self.storage, staged)
@@ -513,16 +496,8 @@ class Store:
                 rewrite.update(small)
         if not rewrite:
             return self.version
-        self._head = txn.commit(
-            self._head,
-            [],
-            mode="upsert",
-            rewrite=frozenset(rewrite),
-            chunk_bytes=target,
-            operation="compact",
-            message=message,
-            progress=progress,
-        )
+        change = txn.Compaction(frozenset(rewrite), target)
+        self._head = txn.commit(self._head, change, message=message, progress=progress)
         return self.version
 
     def add_fields(
@@ -538,13 +513,12 @@ class Store:
             SchemaError: some records lack a valid value (the error names them); nothing was committed.
         """
         from litstore.format import fields as field_format
-        from litstore.txn.fields import add_fields
 
         message, metadata = check_message(message), check_metadata(metadata)
         declared = field_format.declare(fields, self.config.key)
         if not declared:
             return self.version
-        self._head = add_fields(self._head, declared, message, metadata)
+        self._head = txn.commit(self._head, txn.FieldAddition(declared), message=message, metadata=metadata)
         return self.version
 
     def tag(self, name: str, version: VersionRef | None = None, *, move: bool = False) -> Tag:
