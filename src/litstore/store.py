@@ -43,6 +43,7 @@ from litstore.format.models import (
     check_message,
     check_metadata,
 )
+from litstore.read.version import VersionReader
 from litstore.snapshot import MISSING, Key, Record, Snapshot, VersionRef
 from litstore.storage import Storage, open_storage
 from litstore.tags import Tags
@@ -215,7 +216,7 @@ class Store:
         """Move to the latest committed version, including other writers' commits."""
         numbers = log.version_numbers(self.storage)
         if numbers and numbers[-1] != self._head.version.number:
-            self._head = self._head.successor(log.read_version(self.storage, numbers[-1]), None, None)
+            self._head = self._wrap(self._head.reader.successor(log.read_version(self.storage, numbers[-1])))
         return self._head.version
 
     @property
@@ -294,7 +295,9 @@ class Store:
         """
         message, metadata = check_arguments(mode, message, metadata)
         change = txn.Write(fragments, mode)
-        self._head = txn.commit(self._head, change, message=message, metadata=metadata, progress=progress)
+        self._head = self._wrap(
+            txn.commit(self._head.reader, change, message=message, metadata=metadata, progress=progress)
+        )
         return self._head.version
 
     def append(
@@ -366,7 +369,9 @@ class Store:
         change = txn.Delete(keys, missing_ok)
         if not change.keys:
             return self.version
-        self._head = txn.commit(self._head, change, message=message, metadata=metadata, progress=progress)
+        self._head = self._wrap(
+            txn.commit(self._head.reader, change, message=message, metadata=metadata, progress=progress)
+        )
         return self.version
 
     def _runs(self, records: Iterable[Any], progress: bool) -> Iterator[txn.Batch]:
@@ -387,11 +392,11 @@ class Store:
         offset = 0
         for run in self._runs(records, progress):
             if mode == "append":
-                txn.refuse_existing(self._head, run, offset)
+                txn.refuse_existing(self._head.reader, run, offset)
                 offset += len(run)
                 yield run
             else:
-                kept, left_out = txn.without_unchanged(self._head, run)
+                kept, left_out = txn.without_unchanged(self._head.reader, run)
                 unchanged += left_out
                 yield kept
 
@@ -414,7 +419,9 @@ class Store:
             fragments = []
         try:
             change = txn.Write(fragments, mode, unchanged)
-            self._head = txn.commit(self._head, change, message=message, metadata=metadata, progress=progress)
+            self._head = self._wrap(
+                txn.commit(self._head.reader, change, message=message, metadata=metadata, progress=progress)
+            )
         except BaseException as exc:
             if fragments and not isinstance(exc, UncertainCommitError):  # the record may reference the fragment
                 txn.discard(self.storage, staged)
@@ -497,7 +504,7 @@ class Store:
         if not rewrite:
             return self.version
         change = txn.Compaction(frozenset(rewrite), target)
-        self._head = txn.commit(self._head, change, message=message, progress=progress)
+        self._head = self._wrap(txn.commit(self._head.reader, change, message=message, progress=progress))
         return self.version
 
     def add_fields(
@@ -518,7 +525,9 @@ class Store:
         declared = field_format.declare(fields, self.config.key)
         if not declared:
             return self.version
-        self._head = txn.commit(self._head, txn.FieldAddition(declared), message=message, metadata=metadata)
+        self._head = self._wrap(
+            txn.commit(self._head.reader, txn.FieldAddition(declared), message=message, metadata=metadata)
+        )
         return self.version
 
     def tag(self, name: str, version: VersionRef | None = None, *, move: bool = False) -> Tag:
@@ -554,7 +563,7 @@ class Store:
 
         self.refresh()
         return gc.collect(
-            self._head,
+            self._head.reader,
             keep_last,
             older_than,
             dry_run=dry_run,
@@ -630,21 +639,21 @@ class Store:
 
     def sql(self, sql: str, version: VersionRef | None = None) -> pa.Table:
         """DuckDB over the manifest of ``version`` (default: the head); see :meth:`Snapshot.sql`."""
-        return self._head.sql(sql, version)
+        return self._view(version).sql(sql)
 
     def verify(
         self, version: VersionRef | None = None, expected_keys: Iterable[Key] | None = None, *, progress: bool = False
     ) -> VerifyReport:
         """Check ``version`` (default: the head) against its data; see :meth:`Snapshot.verify`."""
-        return self._head.verify(version, expected_keys, progress=progress)
+        return self._view(version).verify(expected_keys, progress=progress)
 
     def dataset(self, version: VersionRef | None = None, split: str | None = None, **kwargs: Any) -> VersionDataset:
         """Stream ``version`` (default: the head), or a subset (``where=``, ``keys=``); see :meth:`Snapshot.dataset`."""
-        return self._head.dataset(version, split, **kwargs)
+        return self._view(version).dataset(split, **kwargs)
 
     def select(self, where: str, version: VersionRef | None = None) -> list[Key]:
         """Keys of ``version`` (default: the head) whose manifest row matches ``where``; see :meth:`Snapshot.select`."""
-        return self._head.select(where, version)
+        return self._view(version).select(where)
 
     def diff(self, old: VersionRef, new: VersionRef | None = None, *, fields: bool = False) -> Diff:
         """Keys added, removed and changed from ``old`` to ``new`` (default: the head); see :meth:`Snapshot.diff`.
@@ -658,7 +667,7 @@ class Store:
 
         See :meth:`Snapshot.audit`.
         """
-        return self._head.audit(version, examples=examples, progress=progress)
+        return self._view(version).audit(examples=examples, progress=progress)
 
     def at(self, version: VersionRef) -> Snapshot:
         """A read-only snapshot of ``version``: a number, a tag name, or a ``Version``."""
@@ -672,6 +681,14 @@ class Store:
     def lookup_index_bytes(self) -> int:
         """Memory taken by the head's key index."""
         return self._head.lookup_index_bytes
+
+    def _wrap(self, reader: VersionReader) -> Snapshot:
+        """The head's snapshot of ``reader``'s version (what a write or refresh moved to)."""
+        return Snapshot.of(reader, self._head.model)
+
+    def _view(self, version: VersionRef | None) -> Snapshot:
+        """The snapshot a call that takes ``version`` reads: the head's, or that version's."""
+        return self._head if version is None else self._head.at(version)
 
 
 def open(  # noqa: A001

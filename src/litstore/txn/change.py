@@ -31,7 +31,7 @@ from litstore.txn.plan import Mode, Plan, plan
 from litstore.txn.stage import StagedFragment
 
 if TYPE_CHECKING:
-    from litstore.snapshot import Snapshot
+    from litstore.read.version import VersionReader
 
 #: The modes a write takes: ``append`` refuses keys the parent has, ``upsert`` replaces them.
 MODES: tuple[Mode, ...] = typing.get_args(Mode)
@@ -94,7 +94,7 @@ class Write:
     def operation(self) -> Operation:
         return self.mode
 
-    def plan(self, parent: Snapshot) -> Plan:
+    def plan(self, parent: VersionReader) -> Plan:
         return plan(parent, self.fragments, self.mode, unchanged=frozenset(self.unchanged))
 
 
@@ -112,7 +112,7 @@ class Delete:
             raise InvalidArgumentError(f"delete takes a list of keys, not one key: use delete([{self.keys!r}])")
         object.__setattr__(self, "keys", tuple(hashing.normalize_key(key) for key in self.keys))
 
-    def plan(self, parent: Snapshot) -> Plan:
+    def plan(self, parent: VersionReader) -> Plan:
         return plan(parent, (), "upsert", deletes=tuple(self.keys), missing_ok=self.missing_ok)
 
 
@@ -126,7 +126,7 @@ class Compaction:
     fragments: tuple[StagedFragment, ...] = field(default=(), init=False)
     operation: Operation = field(default="compact", init=False)
 
-    def plan(self, parent: Snapshot) -> Plan:
+    def plan(self, parent: VersionReader) -> Plan:
         return plan(parent, (), "upsert", rewrite=frozenset(self.chunks), chunk_bytes=self.chunk_bytes)
 
 
@@ -142,7 +142,7 @@ class FieldAddition:
     def __post_init__(self) -> None:
         object.__setattr__(self, "fields", dict(self.fields))
 
-    def plan(self, parent: Snapshot) -> pa.Table:
+    def plan(self, parent: VersionReader) -> pa.Table:
         """The manifest of the version: ``parent``'s with the new fields' columns."""
         return fields_module.manifest_with(parent, dict(self.fields))
 

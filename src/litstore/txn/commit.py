@@ -59,19 +59,19 @@ from litstore.txn.plan import Plan
 from litstore.txn.stage import Moved, StagedFragment, discard, write_fragment
 
 if TYPE_CHECKING:
-    from litstore.snapshot import Snapshot
+    from litstore.read.version import VersionReader
 
 _MAX_ATTEMPTS = 200
 
 
 def commit(
-    parent: Snapshot,
+    parent: VersionReader,
     change: Change,
     *,
     message: str | None = None,
     metadata: dict[str, Any] | None = None,
     progress: bool = False,
-) -> Snapshot:
+) -> VersionReader:
     """Publish ``change`` (:mod:`.change`) as one version; return the new head.
 
     The version is built on ``parent`` or, if other writers committed since, on the
@@ -154,7 +154,7 @@ def commit(
     raise ConflictError(f"gave up after {_MAX_ATTEMPTS} attempts to commit; nothing was committed")
 
 
-def _secure(head: Snapshot, fragments: Sequence[StagedFragment], owner: str) -> None:
+def _secure(head: VersionReader, fragments: Sequence[StagedFragment], owner: str) -> None:
     """Lease every staged fragment for this commit, then check that its chunks are all there.
 
     Raises:
@@ -174,7 +174,7 @@ def _secure(head: Snapshot, fragments: Sequence[StagedFragment], owner: str) -> 
             raise
 
 
-def _relocate(head: Snapshot, current: Plan, progress: bool) -> tuple[Plan, StagedFragment | None]:
+def _relocate(head: VersionReader, current: Plan, progress: bool) -> tuple[Plan, StagedFragment | None]:
     """Copy the rows of dropped chunks into a new fragment; the plan with their new places."""
     positions = np.flatnonzero(current.relocate)
     if not len(positions):
@@ -211,7 +211,7 @@ def _relocate(head: Snapshot, current: Plan, progress: bool) -> tuple[Plan, Stag
 
 
 def publish(
-    head: Snapshot,
+    head: VersionReader,
     current: Plan,
     moves: StagedFragment | None,
     operation: Operation,
@@ -299,7 +299,7 @@ def publish(
     return version, chunks, _composer(head, delta, full)
 
 
-def _composer(head: Snapshot, delta: pa.Table, full: pa.Table | None) -> Callable[[], pa.Table] | None:
+def _composer(head: VersionReader, delta: pa.Table, full: pa.Table | None) -> Callable[[], pa.Table] | None:
     """What makes the new version's manifest without reading files: the checkpoint just composed, or the
     parent's manifest (if the head holds it) with the delta applied, as composing from the files would."""
     if full is not None:
@@ -311,7 +311,7 @@ def _composer(head: Snapshot, delta: pa.Table, full: pa.Table | None) -> Callabl
     return lambda: query.compose(key_type, parent_manifest, [manifest_format.decoded(delta)], fields)
 
 
-def _next_index(head: Snapshot, current: Plan) -> KeyIndex | None:
+def _next_index(head: VersionReader, current: Plan) -> KeyIndex | None:
     """The head's key index updated by one merge, if the head had built one."""
     index = head.built_index
     if index is None:
@@ -341,7 +341,7 @@ def _fingerprint_change(current: Plan) -> int:
     )
 
 
-def _fields(snapshot: Snapshot) -> dict[str, str]:
+def _fields(snapshot: VersionReader) -> dict[str, str]:
     return declared_fields(snapshot.config, snapshot.version)
 
 

@@ -22,14 +22,14 @@ from litstore.format.models import Version, declared_fields
 from litstore.txn.race import catch_up, commit_time, put_commit_record
 
 if TYPE_CHECKING:
-    from litstore.snapshot import Snapshot
+    from litstore.read.version import VersionReader
 
 _MAX_ATTEMPTS = 20
 
 
 def commit_fields(
-    head: Snapshot, new: dict[str, str], message: str | None = None, metadata: dict[str, Any] | None = None
-) -> Snapshot:
+    head: VersionReader, new: dict[str, str], message: str | None = None, metadata: dict[str, Any] | None = None
+) -> VersionReader:
     """Commit a version of ``head``'s records whose manifest also carries the ``new`` declared fields.
 
     Raises:
@@ -55,7 +55,7 @@ def commit_fields(
     raise ConflictError(f"gave up after {_MAX_ATTEMPTS} attempts to add fields; nothing was committed")
 
 
-def manifest_with(head: Snapshot, new: dict[str, str]) -> pa.Table:
+def manifest_with(head: VersionReader, new: dict[str, str]) -> pa.Table:
     """``head``'s manifest with a column for each of the ``new`` fields, read from every record.
 
     Raises:
@@ -69,7 +69,7 @@ def manifest_with(head: Snapshot, new: dict[str, str]) -> pa.Table:
     )
 
 
-def _values(head: Snapshot, new: dict[str, str]) -> dict[str, pa.Array]:
+def _values(head: VersionReader, new: dict[str, str]) -> dict[str, pa.Array]:
     """Each new field's value of every record of ``head``, in manifest order."""
     found: dict[Any, list[Any]] = {}
     problems: list[tuple[Any, str]] = []
@@ -104,7 +104,7 @@ def _values(head: Snapshot, new: dict[str, str]) -> dict[str, pa.Array]:
 
 
 def _write(
-    head: Snapshot, full: pa.Table, fields: dict[str, str], message: str | None, metadata: dict[str, Any] | None
+    head: VersionReader, full: pa.Table, fields: dict[str, str], message: str | None, metadata: dict[str, Any] | None
 ) -> tuple[Version, list[str]]:
     """The new version's files (checkpoint, split indexes as the parent's) and its commit record, not yet created."""
     storage, parent = head.storage, head.version

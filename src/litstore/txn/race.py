@@ -20,7 +20,7 @@ from litstore.format.models import ExpiredVersion, Version
 from litstore.txn import log
 
 if TYPE_CHECKING:
-    from litstore.snapshot import Snapshot
+    from litstore.read.version import VersionReader
 
 #: The longest pause of a writer that lost a race once, in seconds.
 MAX_PAUSE = 0.004
@@ -36,7 +36,7 @@ def commit_time(parent: Version) -> datetime:
     return max(datetime.now(UTC), parent.created_at)
 
 
-def put_commit_record(head: Snapshot, version: Version) -> bool:
+def put_commit_record(head: VersionReader, version: Version) -> bool:
     """Create ``version``'s commit record; whether it is ours now (``False``: another writer's is).
 
     A PUT can succeed on the server while its response is lost: the client retries
@@ -75,7 +75,7 @@ def put_commit_record(head: Snapshot, version: Version) -> bool:
         ) from exc
 
 
-def _owner(head: Snapshot, number: int) -> str | None:
+def _owner(head: VersionReader, number: int) -> str | None:
     """The transaction of commit record ``number`` (``""`` for a tombstone); ``None`` if there is none."""
     try:
         record = log.read_record(head.storage, number)
@@ -86,7 +86,7 @@ def _owner(head: Snapshot, number: int) -> str | None:
     return record.transaction or ""
 
 
-def catch_up(head: Snapshot) -> tuple[Snapshot, set[Any], set[str]]:
+def catch_up(head: VersionReader) -> tuple[VersionReader, set[Any], set[str]]:
     """The newest head, and the keys and chunks the commits since ``head`` changed and dropped.
 
     Raises:
@@ -112,7 +112,7 @@ def catch_up(head: Snapshot) -> tuple[Snapshot, set[Any], set[str]]:
     return head.successor(latest, None, None), touched, dropped
 
 
-def clash(head: Snapshot, keys: set[Any]) -> ConflictError | None:
+def clash(head: VersionReader, keys: set[Any]) -> ConflictError | None:
     """The error for ``keys`` this commit touches that writers up to ``head`` changed first (``None``: none)."""
     if not keys:
         return None
