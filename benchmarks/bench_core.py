@@ -194,10 +194,10 @@ def time_lookups(lookup: Callable[[Any], Any], keys: Sequence[Any], check: Calla
 
 def unchecked_lookup(snapshot: litstore.Snapshot) -> Callable[[Any], Any]:
     """``snapshot[key]`` minus the content-hash check: the reference that prices the check."""
-    index = snapshot.built_index
+    index = snapshot.reader.built_index
     if index is None:
         raise AssertionError("look a key up first: the key index is built on the first lookup")
-    cache = snapshot.chunk_cache
+    cache = snapshot.reader.chunk_cache
 
     def lookup(key: Any) -> Any:
         for position in index.positions(hashing.key_hash(key)):

@@ -114,9 +114,9 @@ def test_a_direct_commit_refuses_bad_metadata_before_planning(store: litstore.St
     root = Path(store.root)
     before = tree_state(root)
     with pytest.raises(InvalidArgumentError, match=r"metadata\['step'\] is bytes"):
-        txn.commit(store.head(), [staged], metadata={"step": b"1"})
+        txn.commit(store.head().reader, txn.Write([staged]), metadata={"step": b"1"})
     assert tree_state(root) == before, "the staged fragment is left as it was, and nothing else written"
-    assert txn.commit(store.head(), [staged], metadata={"step": 1}).version.metadata == {"step": 1}
+    assert txn.commit(store.head().reader, txn.Write([staged]), metadata={"step": 1}).version.metadata == {"step": 1}
 
 
 def test_metadata_reads_back_exactly(store: litstore.Store) -> None:

@@ -58,16 +58,6 @@ LAYERS: dict[str, int] = {
 #: (importer, imported) -> why the edge is still there. Each one is a ``TYPE_CHECKING``
 #: import; remove it here when the code stops needing it.
 ALLOWED: dict[tuple[str, str], str] = {
-    # The commit protocol plans and publishes against the parent version's Snapshot; the
-    # VersionReader step hands it the read-side engine (read/) instead.
-    ("litstore.txn.commit", "litstore.snapshot"): "commit takes the parent Snapshot",
-    ("litstore.txn.plan", "litstore.snapshot"): "plan reads the parent Snapshot",
-    ("litstore.txn.fields", "litstore.snapshot"): "add_fields takes the head Snapshot",
-    # Snapshot's methods call these lazily, and they type their argument as the Snapshot:
-    # a cycle until they take the VersionReader.
-    ("litstore.ops.audit", "litstore.snapshot"): "audit takes a Snapshot",
-    ("litstore.ops.diff", "litstore.snapshot"): "diff takes two Snapshots",
-    ("litstore.export", "litstore.snapshot"): "export takes a Snapshot",
     # stream_state checks a loader state against the VersionDataset streaming.py defines
     # (and calls it from there): typed by the class it serves.
     ("litstore.stream_state", "litstore.streaming"): "the dataset a state is checked against",

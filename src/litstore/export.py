@@ -1,4 +1,4 @@
-"""Records out as Arrow, pandas and polars: what ``Snapshot.to_arrow`` and friends return.
+"""Records out as Arrow, pandas and polars: what ``VersionReader.to_arrow`` and friends return.
 
 A store has no fixed schema, so each column's Arrow type is inferred from the values
 it holds (the key field is always the first column, the others follow in name order):
@@ -53,7 +53,7 @@ if TYPE_CHECKING:
     import pandas
     import polars
 
-    from litstore.snapshot import Snapshot
+    from litstore.read.version import VersionReader
 
 #: Field metadata marking a column whose values are canonical litstore encodings.
 ENCODING_METADATA = {b"litstore.encoding": b"msgpack"}
@@ -70,7 +70,7 @@ _ARROW_FAILURES = (ValueError, TypeError, NotImplementedError, OverflowError)
 
 
 def iter_batches(
-    snapshot: Snapshot, batch_size: int = DEFAULT_BATCH_SIZE, columns: Sequence[str] | None = None
+    snapshot: VersionReader, batch_size: int = DEFAULT_BATCH_SIZE, columns: Sequence[str] | None = None
 ) -> Iterator[pa.RecordBatch]:
     """The records of ``snapshot`` as Arrow record batches of at most ``batch_size`` rows, in storage order.
 
@@ -87,7 +87,7 @@ def iter_batches(
     return _batches(snapshot.values(), snapshot.config.key, names, batch_size)
 
 
-def to_arrow(snapshot: Snapshot, columns: Sequence[str] | None = None) -> pa.Table:
+def to_arrow(snapshot: VersionReader, columns: Sequence[str] | None = None) -> pa.Table:
     """Every record of ``snapshot`` as one Arrow table (see the module docstring for the types and column names).
 
     ``columns`` names fields whose names are str; without it, every field has a column,
@@ -117,7 +117,7 @@ def to_arrow(snapshot: Snapshot, columns: Sequence[str] | None = None) -> pa.Tab
     return table
 
 
-def to_pandas(snapshot: Snapshot, columns: Sequence[str] | None = None) -> pandas.DataFrame:
+def to_pandas(snapshot: VersionReader, columns: Sequence[str] | None = None) -> pandas.DataFrame:
     """Every record as a pandas ``DataFrame``; tensor columns hold one numpy array per row.
 
     Columns are named as :func:`to_arrow` names them (``<int 1>`` for the field ``1``).
@@ -134,7 +134,7 @@ def to_pandas(snapshot: Snapshot, columns: Sequence[str] | None = None) -> panda
     return frame
 
 
-def to_polars(snapshot: Snapshot, columns: Sequence[str] | None = None) -> polars.DataFrame:
+def to_polars(snapshot: VersionReader, columns: Sequence[str] | None = None) -> polars.DataFrame:
     """Every record as a polars ``DataFrame``; tensor columns become polars ``Array`` columns of their shape.
 
     Columns are named as :func:`to_arrow` names them (``<int 1>`` for the field ``1``).
@@ -314,7 +314,7 @@ def _concatenated(batches: list[pa.RecordBatch]) -> pa.Table | None:
     return table.replace_schema_metadata(_names_metadata(renamed))
 
 
-def _empty(snapshot: Snapshot, names: list[str] | None) -> pa.Table:
+def _empty(snapshot: VersionReader, names: list[str] | None) -> pa.Table:
     key = snapshot.config.key
     key_type = pa.int64() if snapshot.config.key_type == "int" else pa.string()
     fields = [pa.field(key, key_type), *(pa.field(name, pa.null()) for name in (names or [key])[1:])]

@@ -62,7 +62,7 @@ from tqdm.auto import tqdm
 
 from litstore.errors import IngestError, InvalidArgumentError, LitstoreError
 from litstore.txn import StagedFragment, discard
-from litstore.txn.commit import check_arguments
+from litstore.txn.change import check_arguments
 
 if TYPE_CHECKING:
     from multiprocessing.context import ForkServerContext, SpawnContext

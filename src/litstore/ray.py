@@ -322,7 +322,7 @@ class _GroupReader:
 
     def __call__(self) -> Iterator[Block]:
         snapshot = open_store(self.root, storage_options=self.storage_options).at(self.number)
-        cache = snapshot.chunk_cache
+        cache = snapshot.reader.chunk_cache
         for piece in self.pieces:
             for start in range(0, len(piece.rows), _BLOCK_ROWS):
                 rows = piece.rows[start : start + _BLOCK_ROWS]

@@ -31,7 +31,7 @@ from litstore.errors import (
     first_problem,
 )
 from litstore.format import config as config_format
-from litstore.format import hashing, layout
+from litstore.format import layout
 from litstore.format.models import (
     FieldSplit,
     HashSplit,
@@ -44,11 +44,12 @@ from litstore.format.models import (
     check_metadata,
 )
 from litstore.read import log
+from litstore.read.version import VersionReader
 from litstore.snapshot import MISSING, Key, Record, Snapshot, VersionRef
 from litstore.storage import Storage, open_storage
 from litstore.tags import Tags
 from litstore.txn import leases
-from litstore.txn.commit import check_arguments
+from litstore.txn.change import check_arguments
 
 if TYPE_CHECKING:
     import pandas
@@ -216,7 +217,7 @@ class Store:
         """Move to the latest committed version, including other writers' commits."""
         numbers = log.version_numbers(self.storage)
         if numbers and numbers[-1] != self._head.version.number:
-            self._head = self._head.successor(log.read_version(self.storage, numbers[-1]), None, None)
+            self._head = self._wrap(self._head.reader.successor(log.read_version(self.storage, numbers[-1])))
         return self._head.version
 
     @property
@@ -294,7 +295,10 @@ class Store:
                 list of staged fragments; nothing was written.
         """
         message, metadata = check_arguments(mode, message, metadata)
-        self._head = txn.commit(self._head, fragments, mode=mode, message=message, metadata=metadata, progress=progress)
+        change = txn.Write(fragments, mode)
+        self._head = self._wrap(
+            txn.commit(self._head.reader, change, message=message, metadata=metadata, progress=progress)
+        )
         return self._head.version
 
     def append(
@@ -363,20 +367,11 @@ class Store:
             ConflictError: another writer committed first; nothing was committed.
         """
         message, metadata = check_message(message), check_metadata(metadata)
-        if isinstance(keys, (str, bytes)):
-            raise InvalidArgumentError(f"delete takes a list of keys, not one key: use delete([{keys!r}])")
-        keys = [hashing.normalize_key(key) for key in keys]  # type: ignore[misc]
-        if not keys:
+        change = txn.Delete(keys, missing_ok)
+        if not change.keys:
             return self.version
-        self._head = txn.commit(
-            self._head,
-            [],
-            mode="upsert",
-            deletes=keys,
-            missing_ok=missing_ok,
-            message=message,
-            metadata=metadata,
-            progress=progress,
+        self._head = self._wrap(
+            txn.commit(self._head.reader, change, message=message, metadata=metadata, progress=progress)
         )
         return self.version
 
@@ -398,11 +393,11 @@ class Store:
         offset = 0
         for run in self._runs(records, progress):
             if mode == "append":
-                txn.refuse_existing(self._head, run, offset)
+                txn.refuse_existing(self._head.reader, run, offset)
                 offset += len(run)
                 yield run
             else:
-                kept, left_out = txn.without_unchanged(self._head, run)
+                kept, left_out = txn.without_unchanged(self._head.reader, run)
                 unchanged += left_out
                 yield kept
 
@@ -424,14 +419,9 @@ class Store:
                 return self.version
             fragments = []
         try:
-            self._head = txn.commit(
-                self._head,
-                fragments,
-                mode=mode,
-                message=message,
-                metadata=metadata,
-                progress=progress,
-                unchanged=unchanged,
+            change = txn.Write(fragments, mode, unchanged)
+            self._head = self._wrap(
+                txn.commit(self._head.reader, change, message=message, metadata=metadata, progress=progress)
             )
         except BaseException as exc:
             if fragments and not isinstance(exc, UncertainCommitError):  # the record may reference the fragment
@@ -514,16 +504,8 @@ class Store:
                 rewrite.update(small)
         if not rewrite:
             return self.version
-        self._head = txn.commit(
-            self._head,
-            [],
-            mode="upsert",
-            rewrite=frozenset(rewrite),
-            chunk_bytes=target,
-            operation="compact",
-            message=message,
-            progress=progress,
-        )
+        change = txn.Compaction(frozenset(rewrite), target)
+        self._head = self._wrap(txn.commit(self._head.reader, change, message=message, progress=progress))
         return self.version
 
     def add_fields(
@@ -539,13 +521,14 @@ class Store:
             SchemaError: some records lack a valid value (the error names them); nothing was committed.
         """
         from litstore.format import fields as field_format
-        from litstore.txn.fields import add_fields
 
         message, metadata = check_message(message), check_metadata(metadata)
         declared = field_format.declare(fields, self.config.key)
         if not declared:
             return self.version
-        self._head = add_fields(self._head, declared, message, metadata)
+        self._head = self._wrap(
+            txn.commit(self._head.reader, txn.FieldAddition(declared), message=message, metadata=metadata)
+        )
         return self.version
 
     def tag(self, name: str, version: VersionRef | None = None, *, move: bool = False) -> Tag:
@@ -581,7 +564,7 @@ class Store:
 
         self.refresh()
         return gc.collect(
-            self._head,
+            self._head.reader,
             keep_last,
             older_than,
             dry_run=dry_run,
@@ -657,21 +640,21 @@ class Store:
 
     def sql(self, sql: str, version: VersionRef | None = None) -> pa.Table:
         """DuckDB over the manifest of ``version`` (default: the head); see :meth:`Snapshot.sql`."""
-        return self._head.sql(sql, version)
+        return self._view(version).sql(sql)
 
     def verify(
         self, version: VersionRef | None = None, expected_keys: Iterable[Key] | None = None, *, progress: bool = False
     ) -> VerifyReport:
         """Check ``version`` (default: the head) against its data; see :meth:`Snapshot.verify`."""
-        return self._head.verify(version, expected_keys, progress=progress)
+        return self._view(version).verify(expected_keys, progress=progress)
 
     def dataset(self, version: VersionRef | None = None, split: str | None = None, **kwargs: Any) -> VersionDataset:
         """Stream ``version`` (default: the head), or a subset (``where=``, ``keys=``); see :meth:`Snapshot.dataset`."""
-        return self._head.dataset(version, split, **kwargs)
+        return self._view(version).dataset(split, **kwargs)
 
     def select(self, where: str, version: VersionRef | None = None) -> list[Key]:
         """Keys of ``version`` (default: the head) whose manifest row matches ``where``; see :meth:`Snapshot.select`."""
-        return self._head.select(where, version)
+        return self._view(version).select(where)
 
     def diff(self, old: VersionRef, new: VersionRef | None = None, *, fields: bool = False) -> Diff:
         """Keys added, removed and changed from ``old`` to ``new`` (default: the head); see :meth:`Snapshot.diff`.
@@ -685,7 +668,7 @@ class Store:
 
         See :meth:`Snapshot.audit`.
         """
-        return self._head.audit(version, examples=examples, progress=progress)
+        return self._view(version).audit(examples=examples, progress=progress)
 
     def at(self, version: VersionRef) -> Snapshot:
         """A read-only snapshot of ``version``: a number, a tag name, or a ``Version``."""
@@ -699,6 +682,14 @@ class Store:
     def lookup_index_bytes(self) -> int:
         """Memory taken by the head's key index."""
         return self._head.lookup_index_bytes
+
+    def _wrap(self, reader: VersionReader) -> Snapshot:
+        """The head's snapshot of ``reader``'s version (what a write or refresh moved to)."""
+        return Snapshot.of(reader, self._head.model)
+
+    def _view(self, version: VersionRef | None) -> Snapshot:
+        """The snapshot a call that takes ``version`` reads: the head's, or that version's."""
+        return self._head if version is None else self._head.at(version)
 
 
 def open(  # noqa: A001

@@ -29,7 +29,7 @@ from litstore.errors import describe
 from litstore.format import codec, hashing
 
 if TYPE_CHECKING:
-    from litstore.snapshot import Snapshot
+    from litstore.read.version import VersionReader
 
 # Records hashed between two conversions to Arrow (and progress updates).
 _BATCH = 4096
@@ -97,7 +97,7 @@ class AuditReport:
         return f"<AuditReport version {self.version}: {verdict}, {self.records_checked} records audited>"
 
 
-def audit(snapshot: Snapshot, *, examples: int = 5, progress: bool = False) -> AuditReport:
+def audit(snapshot: VersionReader, *, examples: int = 5, progress: bool = False) -> AuditReport:
     """Audit the version ``snapshot`` reads; ``examples`` bounds the example groups of each kind."""
     manifest = snapshot.manifest()
     key_type = manifest.schema.field("key").type
@@ -127,7 +127,7 @@ def _schema(key_type: pa.DataType) -> pa.Schema:
     return pa.schema([("key", key_type), ("digest", pa.binary(16))])
 
 
-def _digests(snapshot: Snapshot, key_type: pa.DataType, progress: bool) -> Iterator[pa.RecordBatch]:
+def _digests(snapshot: VersionReader, key_type: pa.DataType, progress: bool) -> Iterator[pa.RecordBatch]:
     """``(key, digest of the record without its key)`` for every record, in batches."""
     key_field = snapshot.config.key
     schema = _schema(key_type)

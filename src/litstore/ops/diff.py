@@ -26,7 +26,7 @@ from litstore.format import codec
 from litstore.read import manifests
 
 if TYPE_CHECKING:
-    from litstore.snapshot import Snapshot
+    from litstore.read.version import VersionReader
 
 # Changed records decoded at once by with_fields: bounds memory on large diffs.
 _FIELDS_BATCH = 1024
@@ -56,7 +56,7 @@ class Diff:
     changed: pa.Table
 
     @classmethod
-    def of(cls, old_view: Snapshot, new_view: Snapshot) -> Diff:
+    def of(cls, old_view: VersionReader, new_view: VersionReader) -> Diff:
         """The diff of two versions, from the rows of the keys touched between them when the log allows."""
         old, new = old_view.version, new_view.version
         rows = manifests.touched_rows(old_view.storage, old_view.config, old, new)
@@ -73,7 +73,7 @@ class Diff:
         parts = query.diff(old_manifest, new_manifest)
         return cls(old, new, parts["added"], parts["removed"], parts["changed"])
 
-    def with_fields(self, old_view: Snapshot, new_view: Snapshot) -> Diff:
+    def with_fields(self, old_view: VersionReader, new_view: VersionReader) -> Diff:
         """This diff with a ``fields`` column on ``changed``, read from the two versions' records."""
         keys = self.changed.column("key").to_pylist()
         fields = changed_fields(old_view, new_view, keys)
@@ -147,7 +147,7 @@ class Diff:
         )
 
 
-def changed_fields(old_view: Snapshot, new_view: Snapshot, keys: Sequence[Any]) -> list[list[str]]:
+def changed_fields(old_view: VersionReader, new_view: VersionReader, keys: Sequence[Any]) -> list[list[str]]:
     """For each of ``keys`` (in both versions), the sorted top-level fields whose values differ.
 
     A field present on one side only differs. Records are read in batches, so memory

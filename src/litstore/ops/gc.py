@@ -66,7 +66,7 @@ from litstore.storage import FileInfo, Storage
 from litstore.txn import leases
 
 if TYPE_CHECKING:
-    from litstore.snapshot import Snapshot
+    from litstore.read.version import VersionReader
 
 DEFAULT_GRACE = timedelta(hours=1)
 
@@ -152,7 +152,7 @@ def referenced_files(storage: Storage, version: Version) -> set[str]:
 
 
 def collect(
-    head: Snapshot,
+    head: VersionReader,
     keep_last: int | None = None,
     older_than: timedelta | datetime | None = None,
     *,

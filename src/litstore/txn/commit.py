@@ -24,11 +24,8 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import random
 import time
-import typing
-from collections.abc import Callable, Collection, Sequence
-from datetime import UTC, datetime
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -43,114 +40,75 @@ from litstore.errors import (
     StagedFragmentExpiredError,
     StorageError,
     UncertainCommitError,
-    VersionNotFoundError,
-    describe,
 )
 from litstore.format import hashing, layout
 from litstore.format import manifest as manifest_format
 from litstore.format.manifest import ChangeKind
 from litstore.format.models import (
-    ExpiredVersion,
     Operation,
     Version,
     check_message,
     check_metadata,
     declared_fields,
 )
-from litstore.read import log
 from litstore.read.groups import by_chunk
 from litstore.read.keyindex import KeyIndex
-from litstore.txn import claims, leases
-from litstore.txn.plan import Mode, Plan, plan
+from litstore.txn import claims, fields, leases, race
+from litstore.txn.change import Change, Compaction, Delete, FieldAddition, Write
+from litstore.txn.plan import Plan
 from litstore.txn.stage import Moved, StagedFragment, discard, write_fragment
 
 if TYPE_CHECKING:
-    from litstore.snapshot import Snapshot
+    from litstore.read.version import VersionReader
 
 _MAX_ATTEMPTS = 200
-_MAX_PAUSE = 0.004
-
-#: The modes a commit takes: ``append`` refuses keys the parent has, ``upsert`` replaces them.
-MODES: tuple[Mode, ...] = typing.get_args(Mode)
-
-
-def check_arguments(mode: object, message: object, metadata: object) -> tuple[str | None, dict[str, Any]]:
-    """``message`` and ``metadata`` as a commit record holds them, if ``mode``, ``message`` and ``metadata``
-    are what a commit takes; checked where a write starts, before anything is written.
-
-    Found only when the commit record is built, they would fail after the manifest,
-    indexes and fragments were written.
-
-    Raises:
-        InvalidArgumentError: the argument named in the message is not one a commit takes
-            (see :func:`~litstore.format.models.check_metadata`).
-    """
-    if not isinstance(mode, str) or mode not in MODES:
-        raise InvalidArgumentError(f"mode must be one of {', '.join(map(repr, MODES))}, got {mode!r}")
-    return check_message(message), check_metadata(metadata)
-
-
-def _checked_fragments(fragments: object) -> list[StagedFragment]:
-    """``fragments`` as a list, if it is a collection of staged fragments.
-
-    Raises:
-        InvalidArgumentError: it is not (one fragment alone, a record, ...).
-    """
-    listed = list(fragments) if isinstance(fragments, (list, tuple)) else None
-    if listed is None or not all(isinstance(staged, StagedFragment) for staged in listed):
-        raise InvalidArgumentError(
-            f"fragments must be a list of StagedFragment (what stage returns), got {fragments!r}"
-        )
-    return listed
 
 
 def commit(
-    parent: Snapshot,
-    fragments: Sequence[StagedFragment],
+    parent: VersionReader,
+    change: Change,
     *,
-    mode: Mode = "append",
-    deletes: Sequence[Any] = (),
-    missing_ok: bool = False,
-    rewrite: frozenset[str] = frozenset(),
-    chunk_bytes: int | None = None,
-    operation: Operation | None = None,
     message: str | None = None,
     metadata: dict[str, Any] | None = None,
     progress: bool = False,
-    unchanged: Collection[Any] = (),
-) -> Snapshot:
-    """Publish ``fragments`` (and delete ``deletes``) as one version; return the new head.
+) -> VersionReader:
+    """Publish ``change`` (:mod:`.change`) as one version; return the new head.
 
     The version is built on ``parent`` or, if other writers committed since, on the
-    newest version. If nothing changes (every record unchanged, nothing deleted), no
-    version is committed and the newest head is returned. The staged fragments are left
-    as they are if the commit fails; ``discard`` them or let ``gc`` remove them.
+    newest version, the change planned again on it. If nothing changes (every record
+    unchanged, nothing deleted), no version is committed and the newest head is
+    returned. The staged fragments are left as they are if the commit fails;
+    ``discard`` them or let ``gc`` remove them.
 
     A record found unchanged still counts as written: if another writer changed its key
     after ``parent``, this is a :class:`ConflictError`, never a write silently lost.
-    ``unchanged`` names keys the caller left out of ``fragments`` for that reason
-    (``Store.upsert`` drops unchanged records before staging).
 
     Raises:
         DuplicateKeyError, SplitError, KeyNotFoundError: see :func:`litstore.txn.plan.plan`.
         ConflictError: another writer committed changes to the same keys first.
-        InvalidArgumentError: see :func:`check_arguments`; or ``fragments`` is not a list of
-            staged fragments. Nothing was written.
+        StagedFragmentExpiredError: a staged fragment's chunks are gone (see :mod:`.leases`).
+        InvalidArgumentError: ``change`` is not a change, or ``message`` or ``metadata``
+            cannot be committed; nothing was written.
     """
-    message, metadata = check_arguments(mode, message, metadata)
-    fragments = _checked_fragments(fragments)
+    message, metadata = check_message(message), check_metadata(metadata)
+    if isinstance(change, FieldAddition):
+        return fields.commit_fields(parent, dict(change.fields), message, metadata)
+    if not isinstance(change, (Write, Delete, Compaction)):
+        raise InvalidArgumentError(
+            f"commit takes a change (txn.Write, txn.Delete, txn.Compaction, txn.FieldAddition), got {change!r}"
+        )
     head = parent
-    unchanged_keys = frozenset(unchanged)
-    current = plan(head, fragments, mode, deletes, missing_ok, rewrite, chunk_bytes, unchanged_keys)
+    fragments = change.fragments
+    current = change.plan(head)
     if current.empty:
         if not current.unchanged:
             return head
-        head, touched, _ = catch_up(head)  # nothing to write, if nobody changed those keys since parent
-        clash = _clash(head, touched & current.unchanged)
+        head, touched, _ = race.catch_up(head)  # nothing to write, if nobody changed those keys since parent
+        clash = race.clash(head, touched & current.unchanged)
         if clash is not None:
             raise clash
         return head
-    operation = operation or ("delete" if not fragments else mode)
+    operation = change.operation
     moves: StagedFragment | None = None
     owner = layout.new_transaction()  # who this commit is, in claims and leases
     _secure(head, fragments, owner)
@@ -167,8 +125,8 @@ def commit(
                 version, chunks, composed = publish(head, current, moves, operation, message, metadata)
             except ConflictError:
                 losses += 1
-                head, touched, dropped = catch_up(head)
-                clash = _clash(head, touched & current.touched_keys())
+                head, touched, dropped = race.catch_up(head)
+                clash = race.clash(head, touched & current.touched_keys())
                 if clash is not None:
                     raise clash from None
                 if dropped & current.dropped_chunks or _fields(head) != planned_fields:
@@ -176,11 +134,11 @@ def commit(
                     if moves is not None:
                         discard(head.storage, moves)
                         moves = None
-                    current = plan(head, fragments, mode, deletes, missing_ok, rewrite, chunk_bytes, unchanged_keys)
+                    current = change.plan(head)
                     if current.empty:
                         return head
                     current, moves = _relocate(head, current, progress)
-                time.sleep(_pause(attempt))
+                time.sleep(race.pause(attempt))
                 continue
             leases.release(head.storage, [fragment.transaction for fragment in fragments if fragment.chunks])
             if moves is not None:
@@ -196,7 +154,7 @@ def commit(
     raise ConflictError(f"gave up after {_MAX_ATTEMPTS} attempts to commit; nothing was committed")
 
 
-def _secure(head: Snapshot, fragments: Sequence[StagedFragment], owner: str) -> None:
+def _secure(head: VersionReader, fragments: Sequence[StagedFragment], owner: str) -> None:
     """Lease every staged fragment for this commit, then check that its chunks are all there.
 
     Raises:
@@ -216,18 +174,7 @@ def _secure(head: Snapshot, fragments: Sequence[StagedFragment], owner: str) -> 
             raise
 
 
-def _pause(attempt: int) -> float:
-    """How long a writer that lost ``attempt + 1`` races in a row waits before publishing again.
-
-    Short and jittered, and shorter the more often it lost: growing pauses (the usual
-    exponential backoff) starve the writer that keeps losing, since the winners start
-    their next commit at once. Measured with three processes upserting disjoint keys
-    (``tests/test_concurrency.py``).
-    """
-    return random.uniform(0, _MAX_PAUSE / (1 + attempt))
-
-
-def _relocate(head: Snapshot, current: Plan, progress: bool) -> tuple[Plan, StagedFragment | None]:
+def _relocate(head: VersionReader, current: Plan, progress: bool) -> tuple[Plan, StagedFragment | None]:
     """Copy the rows of dropped chunks into a new fragment; the plan with their new places."""
     positions = np.flatnonzero(current.relocate)
     if not len(positions):
@@ -263,19 +210,8 @@ def _relocate(head: Snapshot, current: Plan, progress: bool) -> tuple[Plan, Stag
     return dataclasses.replace(current, rows=rows_table, relocate=np.zeros(len(current.relocate), dtype=bool)), moves
 
 
-def _clash(head: Snapshot, keys: set[Any]) -> ConflictError | None:
-    """The error for ``keys`` this commit touches that writers up to ``head`` changed first (``None``: none)."""
-    if not keys:
-        return None
-    return ConflictError(
-        f"another writer committed changes to {len(keys)} of the same keys first "
-        f"(now at version {head.version.number}): {describe(sorted(keys, key=repr))}; nothing was committed "
-        "(Store.refresh() moves to the newest version, to read their changes or write over them)"
-    )
-
-
 def publish(
-    head: Snapshot,
+    head: VersionReader,
     current: Plan,
     moves: StagedFragment | None,
     operation: Operation,
@@ -336,7 +272,7 @@ def publish(
         number=number,
         parent=parent.number,
         operation=operation,
-        created_at=commit_time(parent),
+        created_at=race.commit_time(parent),
         counts=counts,
         fingerprint=hashing.fingerprint_hex(int(parent.fingerprint, 16) + _fingerprint_change(current)),
         added=current.count(ChangeKind.ADDED),
@@ -353,7 +289,7 @@ def publish(
         metadata=metadata or {},
         fields=parent.fields,
     )
-    if not put_commit_record(head, version):
+    if not race.put_commit_record(head, version):
         for path in written:
             try:
                 storage.delete(path)
@@ -363,17 +299,7 @@ def publish(
     return version, chunks, _composer(head, delta, full)
 
 
-def commit_time(parent: Version) -> datetime:
-    """The time a version on ``parent`` records: the writer's clock, but never earlier than ``parent``'s.
-
-    Times along the version chain never go back, so ``at(datetime)`` and gc's
-    ``older_than`` see versions in commit order even when writers' clocks disagree
-    (a writer whose clock is slow stamps its parent's time instead).
-    """
-    return max(datetime.now(UTC), parent.created_at)
-
-
-def _composer(head: Snapshot, delta: pa.Table, full: pa.Table | None) -> Callable[[], pa.Table] | None:
+def _composer(head: VersionReader, delta: pa.Table, full: pa.Table | None) -> Callable[[], pa.Table] | None:
     """What makes the new version's manifest without reading files: the checkpoint just composed, or the
     parent's manifest (if the head holds it) with the delta applied, as composing from the files would."""
     if full is not None:
@@ -385,83 +311,7 @@ def _composer(head: Snapshot, delta: pa.Table, full: pa.Table | None) -> Callabl
     return lambda: query.compose(key_type, parent_manifest, [manifest_format.decoded(delta)], fields)
 
 
-def put_commit_record(head: Snapshot, version: Version) -> bool:
-    """Create ``version``'s commit record; whether it is ours now (``False``: another writer's is).
-
-    A PUT can succeed on the server while its response is lost: the client retries
-    and is told the record exists, or gives up with an error. Either way the record
-    is read back, and if it carries this attempt's transaction id the commit
-    happened.
-
-    Raises:
-        UncertainCommitError: the PUT failed and reading the record back could not
-            tell whether it landed; the caller must not remove anything the record names.
-    """
-    storage = head.storage
-    path = layout.version_record(version.number)
-    data = version.model_dump_json(indent=1).encode()
-    try:
-        if storage.put_if_absent(path, data):
-            return True
-    except StorageError as exc:
-        try:
-            owner = _owner(head, version.number)
-        except StorageError:
-            owner = None
-        if owner == version.transaction:
-            return True
-        if owner is not None:
-            return False  # another writer's record holds the number: ours can never land
-        raise UncertainCommitError(
-            f"creating the commit record of version {version.number} failed and it cannot be read back: "
-            f"{exc}. It may have been created all the same; open the store again to see."
-        ) from exc
-    try:
-        return _owner(head, version.number) == version.transaction
-    except StorageError as exc:
-        raise UncertainCommitError(
-            f"version {version.number} exists but its commit record cannot be read back to see whose it is: {exc}"
-        ) from exc
-
-
-def _owner(head: Snapshot, number: int) -> str | None:
-    """The transaction of commit record ``number`` (``""`` for a tombstone); ``None`` if there is none."""
-    try:
-        record = log.read_record(head.storage, number)
-    except VersionNotFoundError:
-        return None
-    if isinstance(record, ExpiredVersion):
-        return ""
-    return record.transaction or ""
-
-
-def catch_up(head: Snapshot) -> tuple[Snapshot, set[Any], set[str]]:
-    """The newest head, and the keys and chunks the commits since ``head`` changed and dropped.
-
-    Raises:
-        ConflictError: one of those commits was expired by gc before it could be checked.
-    """
-    touched: set[Any] = set()
-    dropped: set[str] = set()
-    start = head.version.number
-    latest = head.version
-    for number in (n for n in log.version_numbers(head.storage) if n > start):
-        record = log.read_record(head.storage, number)
-        if isinstance(record, ExpiredVersion):
-            raise ConflictError(
-                f"version {number}, committed while this store was at version {start}, has since been expired "
-                "by gc, so this write cannot be checked against it; nothing was committed. Move to the newest "
-                "version (Store.refresh()) and write again."
-            )
-        if record.manifest is not None:
-            delta = log.read_manifest_file(head.storage, head.config, record.manifest, delta=True)
-            touched.update(query.touched_keys(delta))
-        dropped.update(record.dropped_chunks)
-        latest = record
-    return head.successor(latest, None, None), touched, dropped
-
-
-def _next_index(head: Snapshot, current: Plan) -> KeyIndex | None:
+def _next_index(head: VersionReader, current: Plan) -> KeyIndex | None:
     """The head's key index updated by one merge, if the head had built one."""
     index = head.built_index
     if index is None:
@@ -491,7 +341,7 @@ def _fingerprint_change(current: Plan) -> int:
     )
 
 
-def _fields(snapshot: Snapshot) -> dict[str, str]:
+def _fields(snapshot: VersionReader) -> dict[str, str]:
     return declared_fields(snapshot.config, snapshot.version)
 
 

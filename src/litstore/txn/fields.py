@@ -1,6 +1,7 @@
 """Declaring more fields on a store: a version whose manifest gains typed columns.
 
-:func:`add_fields` reads each new field's value from every record of the head and
+:func:`commit_fields` (what ``txn.commit`` does with a
+:class:`~litstore.txn.change.FieldAddition`) reads each new field's value from every record of the head and
 commits a version with the same records, chunks, counts and fingerprint, whose
 manifest (written whole, as a checkpoint, so no older delta is ever read with the
 new columns) carries the new columns and whose commit record lists the full
@@ -18,17 +19,17 @@ from litstore.format import fields as field_format
 from litstore.format import layout
 from litstore.format import manifest as manifest_format
 from litstore.format.models import Version, declared_fields
-from litstore.txn.commit import catch_up, commit_time, put_commit_record
+from litstore.txn.race import catch_up, commit_time, put_commit_record
 
 if TYPE_CHECKING:
-    from litstore.snapshot import Snapshot
+    from litstore.read.version import VersionReader
 
 _MAX_ATTEMPTS = 20
 
 
-def add_fields(
-    head: Snapshot, new: dict[str, str], message: str | None = None, metadata: dict[str, Any] | None = None
-) -> Snapshot:
+def commit_fields(
+    head: VersionReader, new: dict[str, str], message: str | None = None, metadata: dict[str, Any] | None = None
+) -> VersionReader:
     """Commit a version of ``head``'s records whose manifest also carries the ``new`` declared fields.
 
     Raises:
@@ -44,11 +45,7 @@ def add_fields(
             shown = {name: declared[name] for name in declared if name.lower() in {n.lower() for n in again}}
             raise InvalidArgumentError(f"fields {again} are declared already, ignoring case (as {shown})")
         every = {**declared, **new}
-        full = head.manifest()
-        for name, values in _values(head, new).items():
-            full = full.append_column(name, values)
-        full = full.cast(manifest_format.schema(head.config.key_type, every))
-        version, written = _write(head, full, every, message, metadata)
+        version, written = _write(head, manifest_with(head, new), every, message, metadata)
         # UncertainCommitError propagates with the files kept: the record may name them.
         if put_commit_record(head, version):
             return head.successor(version, head.chunks(), head.built_index)
@@ -58,7 +55,21 @@ def add_fields(
     raise ConflictError(f"gave up after {_MAX_ATTEMPTS} attempts to add fields; nothing was committed")
 
 
-def _values(head: Snapshot, new: dict[str, str]) -> dict[str, pa.Array]:
+def manifest_with(head: VersionReader, new: dict[str, str]) -> pa.Table:
+    """``head``'s manifest with a column for each of the ``new`` fields, read from every record.
+
+    Raises:
+        SchemaError: some records lack a valid value of a new field (the error names them).
+    """
+    full = head.manifest()
+    for name, values in _values(head, new).items():
+        full = full.append_column(name, values)
+    return full.cast(
+        manifest_format.schema(head.config.key_type, {**declared_fields(head.config, head.version), **new})
+    )
+
+
+def _values(head: VersionReader, new: dict[str, str]) -> dict[str, pa.Array]:
     """Each new field's value of every record of ``head``, in manifest order."""
     found: dict[Any, list[Any]] = {}
     problems: list[tuple[Any, str]] = []
@@ -93,7 +104,7 @@ def _values(head: Snapshot, new: dict[str, str]) -> dict[str, pa.Array]:
 
 
 def _write(
-    head: Snapshot, full: pa.Table, fields: dict[str, str], message: str | None, metadata: dict[str, Any] | None
+    head: VersionReader, full: pa.Table, fields: dict[str, str], message: str | None, metadata: dict[str, Any] | None
 ) -> tuple[Version, list[str]]:
     """The new version's files (checkpoint, split indexes as the parent's) and its commit record, not yet created."""
     storage, parent = head.storage, head.version

@@ -28,7 +28,7 @@ from litstore.txn.records import Batch
 from litstore.txn.stage import StagedFragment
 
 if TYPE_CHECKING:
-    from litstore.snapshot import Snapshot
+    from litstore.read.version import VersionReader
 
 Mode = Literal["append", "upsert"]
 
@@ -98,7 +98,7 @@ class Plan:
 
 
 def plan(
-    parent: Snapshot,
+    parent: VersionReader,
     fragments: Sequence[StagedFragment],
     mode: Mode,
     deletes: Sequence[Any] = (),
@@ -221,7 +221,7 @@ def plan(
     )
 
 
-def refuse_existing(parent: Snapshot, batch: Batch, offset: int = 0) -> None:
+def refuse_existing(parent: VersionReader, batch: Batch, offset: int = 0) -> None:
     """Raise :class:`DuplicateKeyError` naming the batch's keys that ``parent`` already holds.
 
     ``offset`` is the input position of the batch's first record (for runs of a stream).
@@ -235,7 +235,7 @@ def refuse_existing(parent: Snapshot, batch: Batch, offset: int = 0) -> None:
         )
 
 
-def without_unchanged(parent: Snapshot, batch: Batch) -> tuple[Batch, list[Any]]:
+def without_unchanged(parent: VersionReader, batch: Batch) -> tuple[Batch, list[Any]]:
     """``batch`` less the records whose content ``parent`` already holds under the same key, and their keys.
 
     The keys left out must reach the commit (``commit(unchanged=...)``): if another
@@ -297,7 +297,7 @@ def _staged_rows(fragments: Sequence[StagedFragment], key_type: str, fields: dic
     return pa.concat_tables(tables) if tables else target.empty_table()
 
 
-def _survivors(parent: Snapshot, dropped: frozenset[str], leaving: set[Any]) -> pa.Table:
+def _survivors(parent: VersionReader, dropped: frozenset[str], leaving: set[Any]) -> pa.Table:
     """The parent's live rows in ``dropped`` chunks that stay in the new version."""
     fields = declared_fields(parent.config, parent.version)
     if not dropped:

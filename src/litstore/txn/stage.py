@@ -35,6 +35,7 @@ from litstore.errors import DuplicateKeyError, IntegrityError, describe
 from litstore.format import hashing, layout
 from litstore.format import manifest as manifest_format
 from litstore.format.models import StoreConfig
+from litstore.read.memory import release_freed
 from litstore.storage import Storage
 from litstore.txn import leases
 from litstore.txn.records import Batch
@@ -188,16 +189,6 @@ def write_fragment(
     # _locate lays the splits out in name order, each split's runs in the order they came.
     placed = [positions for split in sorted(chunks) for name, positions in taken_from if name == split]
     return fragment, np.concatenate(placed) if placed else np.empty(0, dtype=np.intp)
-
-
-def release_freed() -> None:
-    """Hand the memory Arrow has freed back to the system, so a long write stays within its bounds.
-
-    Arrow's allocator keeps freed blocks for reuse; a stream of runs, each copied
-    a few times, would otherwise hold hundreds of MiB it no longer uses
-    (``benchmarks/bench_ingest.py`` measures the peak).
-    """
-    pa.default_memory_pool().release_unused()
 
 
 def discard(storage: Storage, fragment: StagedFragment) -> None:

@@ -1,0 +1,151 @@
+"""What a commit does, as values: each change plans itself against the version it goes on.
+
+A change is a frozen value made before anything is committed, and
+:func:`litstore.txn.commit` publishes any one of them as one new version::
+
+    Write(fragments, mode="append" | "upsert", unchanged=...)   staged records in
+    Delete(keys, missing_ok=...)                                 records out
+    Compaction(chunks, chunk_bytes)                              small chunks merged, records as they were
+    FieldAddition(fields)                                        more declared fields, records as they were
+
+Planning is a method of the change (:meth:`Write.plan`, ...), so a writer that lost a
+race plans the same change again on the newest version. Each change checks its own
+arguments when it is made, with the messages a user sees from ``Store``: a mode typo
+or a list that is not of staged fragments is refused before anything is written.
+"""
+
+from __future__ import annotations
+
+import typing
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from litstore.errors import InvalidArgumentError
+from litstore.format import hashing
+from litstore.format.models import Operation, check_message, check_metadata
+from litstore.txn import fields as fields_module
+from litstore.txn.plan import Mode, Plan, plan
+from litstore.txn.stage import StagedFragment
+
+if TYPE_CHECKING:
+    from litstore.read.version import VersionReader
+
+#: The modes a write takes: ``append`` refuses keys the parent has, ``upsert`` replaces them.
+MODES: tuple[Mode, ...] = typing.get_args(Mode)
+
+
+def check_mode(mode: object) -> Mode:
+    """``mode`` if it is one a write takes.
+
+    Raises:
+        InvalidArgumentError: it is not ``"append"`` or ``"upsert"``.
+    """
+    if not isinstance(mode, str) or mode not in MODES:
+        raise InvalidArgumentError(f"mode must be one of {', '.join(map(repr, MODES))}, got {mode!r}")
+    return mode  # type: ignore[return-value]  # (one of MODES)
+
+
+def check_arguments(mode: object, message: object, metadata: object) -> tuple[str | None, dict[str, Any]]:
+    """``message`` and ``metadata`` as a commit record holds them, if ``mode``, ``message`` and ``metadata``
+    are what a commit takes; checked where a write starts, before anything is written.
+
+    Found only when the commit record is built, they would fail after the manifest,
+    indexes and fragments were written.
+
+    Raises:
+        InvalidArgumentError: the argument named in the message is not one a commit takes
+            (see :func:`~litstore.format.models.check_metadata`).
+    """
+    check_mode(mode)
+    return check_message(message), check_metadata(metadata)
+
+
+def _fragments(fragments: object) -> tuple[StagedFragment, ...]:
+    listed = tuple(fragments) if isinstance(fragments, (list, tuple)) else None
+    if listed is None or not all(isinstance(staged, StagedFragment) for staged in listed):
+        raise InvalidArgumentError(
+            f"fragments must be a list of StagedFragment (what stage returns), got {fragments!r}"
+        )
+    return listed
+
+
+@dataclass(frozen=True)
+class Write:
+    """Publish staged fragments: ``append`` refuses keys the parent has, ``upsert`` replaces changed ones.
+
+    ``unchanged`` names keys the caller left out of ``fragments`` because the parent
+    held their content (``Store.upsert`` drops them before staging): a rival's change
+    to them is still a conflict, never a write silently lost.
+    """
+
+    fragments: Sequence[StagedFragment]
+    mode: Mode = "append"
+    unchanged: Collection[Any] = frozenset()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "fragments", _fragments(self.fragments))
+        check_mode(self.mode)
+        object.__setattr__(self, "unchanged", frozenset(self.unchanged))
+
+    @property
+    def operation(self) -> Operation:
+        return self.mode
+
+    def plan(self, parent: VersionReader) -> Plan:
+        return plan(parent, self.fragments, self.mode, unchanged=frozenset(self.unchanged))
+
+
+@dataclass(frozen=True)
+class Delete:
+    """Remove records by key; a key the parent lacks is a ``KeyNotFoundError`` unless ``missing_ok``."""
+
+    keys: Iterable[Any]
+    missing_ok: bool = False
+    fragments: tuple[StagedFragment, ...] = field(default=(), init=False)
+    operation: Operation = field(default="delete", init=False)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.keys, (str, bytes)) or not isinstance(self.keys, Iterable):
+            raise InvalidArgumentError(f"delete takes a list of keys, not one key: use delete([{self.keys!r}])")
+        object.__setattr__(self, "keys", tuple(hashing.normalize_key(key) for key in self.keys))
+
+    def plan(self, parent: VersionReader) -> Plan:
+        return plan(parent, (), "upsert", deletes=tuple(self.keys), missing_ok=self.missing_ok)
+
+
+@dataclass(frozen=True)
+class Compaction:
+    """Move the records of ``chunks`` (of the parent) into new chunks of about ``chunk_bytes``; records and
+    fingerprint stay as they were."""
+
+    chunks: frozenset[str]
+    chunk_bytes: int
+    fragments: tuple[StagedFragment, ...] = field(default=(), init=False)
+    operation: Operation = field(default="compact", init=False)
+
+    def plan(self, parent: VersionReader) -> Plan:
+        return plan(parent, (), "upsert", rewrite=frozenset(self.chunks), chunk_bytes=self.chunk_bytes)
+
+
+@dataclass(frozen=True)
+class FieldAddition:
+    """Declare more fields (name -> type name, as :func:`litstore.format.fields.declare` gives them), their
+    values read from every record of the parent; records, chunks and fingerprint stay as they were."""
+
+    fields: Mapping[str, str]
+    fragments: tuple[StagedFragment, ...] = field(default=(), init=False)
+    operation: Operation = field(default="add_fields", init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "fields", dict(self.fields))
+
+    def plan(self, parent: VersionReader) -> pa.Table:
+        """The manifest of the version: ``parent``'s with the new fields' columns."""
+        return fields_module.manifest_with(parent, dict(self.fields))
+
+
+#: Every change a commit publishes.
+Change = Write | Delete | Compaction | FieldAddition

@@ -1,0 +1,134 @@
+"""The race for a version number: creating a commit record, a lost response, catching up with the winners.
+
+Every write that publishes a version (:mod:`.commit`, :mod:`.fields`) ends here: its
+commit record is created with put-if-absent (:func:`put_commit_record`), and a writer
+that lost catches up with the versions committed since its head (:func:`catch_up`)
+to see whether the winners touched the same keys (:func:`clash`) before it tries
+again after a short pause (:func:`pause`).
+"""
+
+from __future__ import annotations
+
+import random
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from litstore import query
+from litstore.errors import ConflictError, StorageError, UncertainCommitError, VersionNotFoundError, describe
+from litstore.format import layout
+from litstore.format.models import ExpiredVersion, Version
+from litstore.read import log
+
+if TYPE_CHECKING:
+    from litstore.read.version import VersionReader
+
+#: The longest pause of a writer that lost a race once, in seconds.
+MAX_PAUSE = 0.004
+
+
+def commit_time(parent: Version) -> datetime:
+    """The time a version on ``parent`` records: the writer's clock, but never earlier than ``parent``'s.
+
+    Times along the version chain never go back, so ``at(datetime)`` and gc's
+    ``older_than`` see versions in commit order even when writers' clocks disagree
+    (a writer whose clock is slow stamps its parent's time instead).
+    """
+    return max(datetime.now(UTC), parent.created_at)
+
+
+def put_commit_record(head: VersionReader, version: Version) -> bool:
+    """Create ``version``'s commit record; whether it is ours now (``False``: another writer's is).
+
+    A PUT can succeed on the server while its response is lost: the client retries
+    and is told the record exists, or gives up with an error. Either way the record
+    is read back, and if it carries this attempt's transaction id the commit
+    happened.
+
+    Raises:
+        UncertainCommitError: the PUT failed and reading the record back could not
+            tell whether it landed; the caller must not remove anything the record names.
+    """
+    storage = head.storage
+    path = layout.version_record(version.number)
+    data = version.model_dump_json(indent=1).encode()
+    try:
+        if storage.put_if_absent(path, data):
+            return True
+    except StorageError as exc:
+        try:
+            owner = _owner(head, version.number)
+        except StorageError:
+            owner = None
+        if owner == version.transaction:
+            return True
+        if owner is not None:
+            return False  # another writer's record holds the number: ours can never land
+        raise UncertainCommitError(
+            f"creating the commit record of version {version.number} failed and it cannot be read back: "
+            f"{exc}. It may have been created all the same; open the store again to see."
+        ) from exc
+    try:
+        return _owner(head, version.number) == version.transaction
+    except StorageError as exc:
+        raise UncertainCommitError(
+            f"version {version.number} exists but its commit record cannot be read back to see whose it is: {exc}"
+        ) from exc
+
+
+def _owner(head: VersionReader, number: int) -> str | None:
+    """The transaction of commit record ``number`` (``""`` for a tombstone); ``None`` if there is none."""
+    try:
+        record = log.read_record(head.storage, number)
+    except VersionNotFoundError:
+        return None
+    if isinstance(record, ExpiredVersion):
+        return ""
+    return record.transaction or ""
+
+
+def catch_up(head: VersionReader) -> tuple[VersionReader, set[Any], set[str]]:
+    """The newest head, and the keys and chunks the commits since ``head`` changed and dropped.
+
+    Raises:
+        ConflictError: one of those commits was expired by gc before it could be checked.
+    """
+    touched: set[Any] = set()
+    dropped: set[str] = set()
+    start = head.version.number
+    latest = head.version
+    for number in (n for n in log.version_numbers(head.storage) if n > start):
+        record = log.read_record(head.storage, number)
+        if isinstance(record, ExpiredVersion):
+            raise ConflictError(
+                f"version {number}, committed while this store was at version {start}, has since been expired "
+                "by gc, so this write cannot be checked against it; nothing was committed. Move to the newest "
+                "version (Store.refresh()) and write again."
+            )
+        if record.manifest is not None:
+            delta = log.read_manifest_file(head.storage, head.config, record.manifest, delta=True)
+            touched.update(query.touched_keys(delta))
+        dropped.update(record.dropped_chunks)
+        latest = record
+    return head.successor(latest, None, None), touched, dropped
+
+
+def clash(head: VersionReader, keys: set[Any]) -> ConflictError | None:
+    """The error for ``keys`` this commit touches that writers up to ``head`` changed first (``None``: none)."""
+    if not keys:
+        return None
+    return ConflictError(
+        f"another writer committed changes to {len(keys)} of the same keys first "
+        f"(now at version {head.version.number}): {describe(sorted(keys, key=repr))}; nothing was committed "
+        "(Store.refresh() moves to the newest version, to read their changes or write over them)"
+    )
+
+
+def pause(attempt: int) -> float:
+    """How long a writer that lost ``attempt + 1`` races in a row waits before publishing again.
+
+    Short and jittered, and shorter the more often it lost: growing pauses (the usual
+    exponential backoff) starve the writer that keeps losing, since the winners start
+    their next commit at once. Measured with three processes upserting disjoint keys
+    (``tests/test_concurrency.py``).
+    """
+    return random.uniform(0, MAX_PAUSE / (1 + attempt))
