@@ -32,7 +32,7 @@ from litstore.read import log
 from litstore.read.chunks import ChunkCache, mismatched
 from litstore.read.groups import by_chunk, chunk_order, chunk_runs
 from litstore.read.keyindex import KeyIndex
-from litstore.read.manifests import ManifestCache
+from litstore.read.manifests import ManifestCache, compose_manifest
 from litstore.read.memory import release_freed
 from litstore.storage import Storage
 
@@ -164,7 +164,7 @@ class VersionReader:
                 if self._composed is not None:
                     cached = self._composed()
                 else:
-                    cached = log.compose_manifest(self._storage, self._config, self._version.number)
+                    cached = compose_manifest(self._storage, self._config, self._version.number)
                 release_freed()  # composing a large manifest leaves hundreds of MiB freed in Arrow's pool
                 self._manifests.put(key, cached)
             self._composed = None  # what it held (the parent's manifest) is no longer needed
