@@ -30,8 +30,6 @@ from litdata import StreamingDataLoader
 import litstore
 from litstore.format import layout
 
-pytest_plugins = ["tests.s3_server"]
-
 SPLITS = litstore.HashSplit(train=0.75, val=0.25)
 CHUNK_BYTES = 1024  # ~10 records a chunk: every split of every version spans several chunks
 

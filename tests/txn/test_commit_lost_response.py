@@ -27,8 +27,6 @@ from botocore.exceptions import ConnectionClosedError
 import litstore
 from litstore.format import layout
 
-pytest_plugins = ["tests.s3_server"]
-
 Record = dict[str, Any]
 _COMMIT_RECORD = re.compile(r"/versions/\d+\.json$")
 
