@@ -30,6 +30,9 @@ from litdata import StreamingDataLoader
 import litstore
 from litstore.format import layout
 
+#: Against moto's S3 server over HTTP: seconds a test, so not in the fast loop.
+pytestmark = pytest.mark.integration
+
 SPLITS = litstore.HashSplit(train=0.75, val=0.25)
 CHUNK_BYTES = 1024  # ~10 records a chunk: every split of every version spans several chunks
 

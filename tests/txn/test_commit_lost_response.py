@@ -27,6 +27,9 @@ from botocore.exceptions import ConnectionClosedError
 import litstore
 from litstore.format import layout
 
+#: Against moto's S3 server over HTTP: seconds a test, so not in the fast loop.
+pytestmark = pytest.mark.integration
+
 Record = dict[str, Any]
 _COMMIT_RECORD = re.compile(r"/versions/\d+\.json$")
 
