@@ -1,14 +1,30 @@
-"""Shared fixtures: fresh stores on real directories, and a hash of every file under a root."""
+"""Shared fixtures: fresh stores on real directories or any backend, and a hash of every file they hold.
+
+``make_store`` makes stores in local directories. ``make_any_store`` makes them on the
+backend named by the ``backend`` fixture: ``local`` and ``memory`` by default, so a test
+that takes it runs once on each, and once more on S3 (moto's server on loopback, as an
+``integration`` test) under ``@ON_S3_TOO``. Tests on any backend compare what a store
+holds with ``stored_state`` and reopen it with ``reopen``.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import uuid
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 import xxhash
 
 import litstore
+
+# ``s3_endpoint`` and ``s3_bucket`` for every test module.
+pytest_plugins = ["tests.s3_server"]
+
+BACKENDS = ["local", "memory"]
+
+ON_S3_TOO = pytest.mark.parametrize("backend", [*BACKENDS, pytest.param("s3", marks=pytest.mark.integration)])
+"""Run a test that takes ``make_any_store`` on S3 as well as on the default backends."""
 
 
 def tree_state(root: Path) -> dict[str, str]:
@@ -35,3 +51,60 @@ def make_store(tmp_path: Path) -> Callable[..., litstore.Store]:
 def store(make_store: Callable[..., litstore.Store]) -> litstore.Store:
     """An empty store keyed by ``id`` with a 80/10/10 hash split."""
     return make_store(key="id", splits=litstore.HashSplit(train=0.8, val=0.1, test=0.1))
+
+
+def stored_state(store: litstore.Store) -> dict[str, str]:
+    """Every file of ``store`` with a hash of its bytes, on any backend (``tree_state`` for a local store)."""
+    storage = store.storage
+    if storage.local_path("litstore.json") is not None:
+        return tree_state(Path(store.root))
+    state: dict[str, str] = {}
+    for name in storage.names(""):
+        paths = [name] if storage.exists(name) else sorted(found.path for found in storage.walk(name))
+        for path in paths:
+            state[path] = xxhash.xxh3_128_hexdigest(storage.read(path))
+    return state
+
+
+def reopen(store: litstore.Store) -> litstore.Store:
+    """A fresh handle on ``store``, as another process would open it (with the same storage options)."""
+    return litstore.Store.open(store.root, storage_options=getattr(store.storage, "options", None) or None)
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request: pytest.FixtureRequest) -> str:
+    """Where ``make_any_store`` puts its stores: ``local``, ``memory`` (or ``s3`` under ``ON_S3_TOO``)."""
+    return str(request.param)
+
+
+@pytest.fixture
+def make_any_store(
+    backend: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> Iterator[Callable[..., litstore.Store]]:
+    """Like ``make_store``, on the backend ``backend`` names; memory stores are emptied afterwards."""
+    counter = iter(range(1_000_000))
+    made: list[litstore.Store] = []
+    if backend == "local":
+        base, options = str(tmp_path), None
+    elif backend == "memory":
+        base, options = f"memory://test-{uuid.uuid4().hex}", None
+    elif backend == "s3":
+        bucket = request.getfixturevalue("s3_bucket")
+        base, options = f"s3://{bucket}", {"endpoint_url": request.getfixturevalue("s3_endpoint")}
+    else:
+        raise ValueError(f"unknown backend {backend!r}")
+
+    def make(**kwargs: object) -> litstore.Store:
+        store = litstore.Store.create(f"{base}/store-{next(counter)}", storage_options=options, **kwargs)  # type: ignore[arg-type]
+        made.append(store)
+        return store
+
+    yield make
+    if backend == "memory":
+        for store in made:
+            storage = store.storage
+            for name in storage.names(""):
+                if storage.exists(name):
+                    storage.delete(name)
+                else:
+                    storage.delete_tree(name)

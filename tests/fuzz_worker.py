@@ -1,4 +1,4 @@
-"""The child process of ``tests/test_fuzz_store.py``: reads damaged stores, reports what each read did.
+"""The child process of ``tests/store/test_fuzzed_stores.py``: reads damaged stores, reports what each read did.
 
 Run as ``python -m tests.fuzz_worker``. It reads one JSON request per line on stdin
 (``root``, ``views``, ``keys``, ``versions``, ``tags``) and answers one JSON line on the

@@ -8,7 +8,7 @@ such values strictly: same types (a tuple is not a list, ``1`` is not ``1.0`` or
 same dtypes, shapes and bytes, and NaN equal to NaN.
 
 Known codec bugs are kept out of these strategies so that the general properties keep
-guarding everything else; ``tests/test_properties.py`` has a failing test for each of them
+guarding everything else; ``tests/store/test_properties.py`` has a failing test for each of them
 (structured dtypes, empty numpy string scalars, empty tensors with unusual strides,
 non-str/int dict keys, lone surrogates).
 """

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -24,6 +25,7 @@ manifests = st.lists(st.tuples(names, st.integers(0, 50)), max_size=40).map(
 )
 
 
+@pytest.mark.integration  # 200 DuckDB queries: seconds, not in the fast loop
 @settings(max_examples=200, deadline=None)
 @given(
     table=manifests,
@@ -42,6 +44,7 @@ def test_rows_for_keys_is_the_join(table: pa.Table, wanted: list[str]) -> None:
     assert found.column("chunk").cast(pa.string()).to_pylist() == expected.column("chunk").to_pylist()
 
 
+@pytest.mark.integration  # 200 DuckDB queries: seconds, not in the fast loop
 @settings(max_examples=200, deadline=None)
 @given(table=manifests, chunks=st.lists(names, unique=True))
 def test_rows_in_chunks_is_the_semi_join(table: pa.Table, chunks: list[str]) -> None:
@@ -62,6 +65,7 @@ def test_rows_in_chunks_is_the_semi_join(table: pa.Table, chunks: list[str]) -> 
     assert found.schema == table.schema
 
 
+@pytest.mark.integration  # 200 DuckDB queries: seconds, not in the fast loop
 @settings(max_examples=200, deadline=None)
 @given(
     changes=st.lists(

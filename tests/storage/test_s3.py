@@ -11,8 +11,6 @@ import pytest
 from litstore.storage.base import RemoteInput, Storage
 from litstore.testing import StorageTests
 
-pytest_plugins = ["tests.s3_server"]
-
 pytestmark = pytest.mark.integration
 
 

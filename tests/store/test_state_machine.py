@@ -36,6 +36,9 @@ POOL = (*(f"k{i:02d}" for i in range(11)), "ключ-é")
 OUTSIDE = "not-in-pool"
 SPLITS = litstore.HashSplit(train=0.5, val=0.5)
 
+#: 30 runs of up to 25 steps each: a minute, so not in the fast loop.
+pytestmark = pytest.mark.integration
+
 #: Small values often, so that a fresh record often equals the live one; big ints too.
 values = st.one_of(st.integers(0, 3), st.integers(-(2**70), 2**70))
 blobs = st.one_of(st.sampled_from([b"", b"x", b"\x00" * 8]), st.binary(max_size=48))

@@ -36,6 +36,7 @@ def _same(passed: KeyIndex, built: KeyIndex) -> None:
     assert passed.contents.shape == (len(passed), 16) and passed.contents.dtype == np.uint8
 
 
+@pytest.mark.integration  # 25 write sequences: seconds, not in the fast loop
 @pytest.mark.parametrize("recent_min", [4, 1 << 16], ids=["merged-often", "kept-recent"])
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(history=steps)

@@ -1,16 +1,15 @@
-"""``store.diff(a, b, fields=True)``: which top-level fields of each changed record differ."""
+"""``store.diff(a, b, fields=True)``: which top-level fields of each changed record differ, local and in memory."""
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Callable
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
 import litstore
+from tests.conftest import reopen
 
 
 def _record(key: str, **changes: object) -> dict[str, object]:
@@ -47,9 +46,9 @@ CHANGES: dict[str, tuple[dict[str, object], list[str]]] = {
 
 
 @pytest.fixture
-def store(make_store: Callable[..., litstore.Store]) -> litstore.Store:
+def store(make_any_store: Callable[..., litstore.Store]) -> litstore.Store:
     """v1: every key of CHANGES plus "same"; v2: CHANGES applied, "same" rewritten as it was; v3: "gone" deleted."""
-    store = make_store(key="id", splits=litstore.HashSplit(train=0.5, val=0.5), chunk_bytes=512)
+    store = make_any_store(key="id", splits=litstore.HashSplit(train=0.5, val=0.5), chunk_bytes=512)
     store.append([_record(key) for key in [*CHANGES, "same", "gone"]])
     store.upsert([_record(key, **changes) for key, (changes, _) in CHANGES.items()] + [_record("same")])
     store.delete(["gone"])
@@ -76,8 +75,8 @@ def test_fields_work_both_ways_and_across_several_versions(store: litstore.Store
 
 
 def test_without_fields_no_record_is_read(store: litstore.Store) -> None:
-    shutil.rmtree(Path(store.root) / "fragments")  # with every chunk gone, a plain diff still works
-    reopened = litstore.open(store.root)
+    store.storage.delete_tree("fragments")  # with every chunk gone, a plain diff still works
+    reopened = reopen(store)
     diff = reopened.diff(1, 3)
     assert diff.counts == {"added": 0, "removed": 1, "changed": 12}
     assert diff.changed.column_names == ["key", "split"]

@@ -144,6 +144,7 @@ def live_numbers(store: litstore.Store) -> list[int]:
     return [version.number for version in store.versions()]
 
 
+@pytest.mark.integration  # 20 stores of many versions: seconds, not in the fast loop
 @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(plan=steps, chunk_bytes=st.sampled_from((128, 1024, 1 << 20)), interval=st.sampled_from((1, 3, 64)))
 def test_diff_of_every_pair_of_versions_equals_the_full_join(

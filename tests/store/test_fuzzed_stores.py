@@ -49,7 +49,7 @@ Draw = Callable[[st.SearchStrategy[Any]], Any]  # what data.draw is
 #: 50 keeps CI under a minute; set LITSTORE_FUZZ_EXAMPLES for a longer local run.
 EXAMPLES = int(os.environ.get("LITSTORE_FUZZ_EXAMPLES", "50"))
 ANSWER_TIMEOUT_S = 60.0
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 HOSTILE_STRINGS = (
     "../x",

@@ -132,6 +132,7 @@ def _check_holds_exactly(
 # -- order and batching do not matter ---------------------------------------------------------
 
 
+@pytest.mark.integration  # a search over many stores: seconds, not in the fast loop
 @pytest.mark.parametrize("key_type", KEY_TYPES)
 @STORE_SETTINGS
 @given(data=st.data())
@@ -429,6 +430,7 @@ def test_comparison_helper_is_strict() -> None:
 # -- verify and versions ----------------------------------------------------------------------
 
 
+@pytest.mark.integration  # a search over many stores: seconds, not in the fast loop
 @pytest.mark.parametrize("key_type", KEY_TYPES)
 @FEW_STORE_SETTINGS
 @given(data=st.data())

@@ -30,7 +30,8 @@ from litdata import StreamingDataLoader
 import litstore
 from litstore.format import layout
 
-pytest_plugins = ["tests.s3_server"]
+#: Against moto's S3 server over HTTP: seconds a test, so not in the fast loop.
+pytestmark = pytest.mark.integration
 
 SPLITS = litstore.HashSplit(train=0.75, val=0.25)
 CHUNK_BYTES = 1024  # ~10 records a chunk: every split of every version spans several chunks

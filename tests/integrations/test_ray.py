@@ -24,7 +24,6 @@ import litstore.ray as litstore_ray  # noqa: E402
 from tests.conftest import tree_state  # noqa: E402
 
 pytestmark = pytest.mark.integration
-pytest_plugins = ["tests.s3_server"]
 
 SPLITS = litstore.HashSplit(train=0.75, val=0.25)
 COUNT = 2000

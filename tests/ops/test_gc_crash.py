@@ -26,7 +26,7 @@ import pytest
 import litstore
 from litstore.format import layout
 from tests.conftest import tree_state
-from tests.test_crash import MUTATING, KillingStorage
+from tests.txn.test_writer_crash import MUTATING, KillingStorage
 
 pytestmark = pytest.mark.integration
 

@@ -67,3 +67,18 @@ def test_every_public_class_has_a_docstring() -> None:
         member = getattr(litstore, name)
         if inspect.isclass(member):
             assert member.__doc__ and member.__doc__.strip(), name
+
+
+def test_reprs_are_short_and_say_what_matters(make_store: Callable[..., litstore.Store]) -> None:
+    store = make_store(key="id")
+    store.append([{"id": f"k{i:03d}", "value": i} for i in range(3)])
+    store.delete(["k000"])
+    for text, expected in (
+        (repr(store), "at version 2: 2 records"),
+        (repr(store.head()), "version 2: 2 records"),
+        (repr(store.version), "<Version 2 delete"),
+        (repr(store.diff(1, 2)), "<Diff 1 -> 2: +0 added, -1 removed, ~0 changed>"),
+        (repr(store.verify()), "<VerifyReport version 2: OK, 2 records checked>"),
+        (repr(store.gc(dry_run=True)), "<GCReport gc would remove 0 files"),
+    ):
+        assert expected in text and len(text) < 200, text

@@ -27,7 +27,8 @@ from botocore.exceptions import ConnectionClosedError
 import litstore
 from litstore.format import layout
 
-pytest_plugins = ["tests.s3_server"]
+#: Against moto's S3 server over HTTP: seconds a test, so not in the fast loop.
+pytestmark = pytest.mark.integration
 
 Record = dict[str, Any]
 _COMMIT_RECORD = re.compile(r"/versions/\d+\.json$")

@@ -223,5 +223,5 @@ def test_chunk_layout_with_store_records(filled_store: litstore.Store) -> None:
 def test_litdata_version_is_the_pinned_one() -> None:
     assert litdata.__version__ == PINNED
     assert _litdata.LITDATA_VERSION == PINNED
-    pyproject = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())
+    pyproject = tomllib.loads((Path(__file__).parents[2] / "pyproject.toml").read_text())
     assert f"litdata=={PINNED}" in pyproject["project"]["dependencies"]

@@ -1,4 +1,4 @@
-"""Bad input raises a typed error naming the culprit, and leaves every file as it was."""
+"""Bad input raises a typed error naming the culprit, and leaves every file as it was: local and in memory."""
 
 from __future__ import annotations
 
@@ -10,7 +10,13 @@ import pydantic
 import pytest
 
 import litstore
-from tests.conftest import tree_state
+from tests.conftest import reopen, stored_state
+
+
+@pytest.fixture
+def store(make_any_store: Callable[..., litstore.Store]) -> litstore.Store:
+    """An empty store keyed by ``id`` with a 80/10/10 hash split, on each backend."""
+    return make_any_store(key="id", splits=litstore.HashSplit(train=0.8, val=0.1, test=0.1))
 
 
 def _seeded(store: litstore.Store) -> litstore.Store:
@@ -21,8 +27,7 @@ def _seeded(store: litstore.Store) -> litstore.Store:
 def _expect_rejected(
     store: litstore.Store, action: Callable[[], Any], error: type[Exception], *names: str
 ) -> Exception:
-    root = Path(store.root)
-    before = tree_state(root)
+    before = stored_state(store)
     version = store.version
     with pytest.raises(error) as caught:
         action()
@@ -30,9 +35,9 @@ def _expect_rejected(
     message = str(caught.value)
     for name in names:
         assert name in message, f"{name!r} not named in: {message}"
-    assert tree_state(root) == before
+    assert stored_state(store) == before
     assert store.version == version
-    assert litstore.open(root).version == version
+    assert reopen(store).version == version
     return caught.value
 
 
@@ -49,10 +54,10 @@ def test_none_key(store: litstore.Store) -> None:
     _expect_rejected(store, lambda: store.append([{"id": None}]), litstore.KeyFieldError, "position 0", "None")
 
 
-def test_key_of_wrong_type(store: litstore.Store, make_store: Callable[..., litstore.Store]) -> None:
+def test_key_of_wrong_type(store: litstore.Store, make_any_store: Callable[..., litstore.Store]) -> None:
     _seeded(store)
     _expect_rejected(store, lambda: store.append([{"id": "ok"}, {"id": 7}]), litstore.KeyFieldError, "position 1", "7")
-    int_store = make_store(key="n", key_type=int)
+    int_store = make_any_store(key="n", key_type=int)
     int_store.append([{"n": 1}])
     _expect_rejected(int_store, lambda: int_store.append([{"n": "2"}]), litstore.KeyFieldError, "'2'", "int")
     _expect_rejected(int_store, lambda: int_store.append([{"n": True}]), litstore.KeyFieldError, "True")
@@ -86,8 +91,8 @@ class Pet(pydantic.BaseModel):
     weight: float = 1.0
 
 
-def test_record_that_does_not_fit_the_schema(make_store: Callable[..., litstore.Store]) -> None:
-    store = make_store(key="id", schema=Pet)
+def test_record_that_does_not_fit_the_schema(make_any_store: Callable[..., litstore.Store]) -> None:
+    store = make_any_store(key="id", schema=Pet)
     store.append([Pet(id="a", label=1), {"id": "b", "label": 2}])
     assert store["a"] == {"id": "a", "label": 1, "weight": 1.0}
     batch = [{"id": "c", "label": 3}, {"id": "d", "label": "not a number"}]
@@ -106,8 +111,8 @@ def test_record_that_is_not_a_mapping(store: litstore.Store) -> None:
     )
 
 
-def test_unknown_split_name(make_store: Callable[..., litstore.Store]) -> None:
-    store = make_store(key="id", splits="split")
+def test_unknown_split_name(make_any_store: Callable[..., litstore.Store]) -> None:
+    store = make_any_store(key="id", splits="split")
     store.append([{"id": "a", "split": "train"}, {"id": "b", "split": "val"}])
     batch = [{"id": "c", "split": "test"}, {"id": "d", "split": "tarin"}]
     _expect_rejected(store, lambda: store.append(batch), litstore.SplitError, "'tarin'", "position 1", "'train'")
@@ -134,19 +139,18 @@ def test_missing_key_lookup(store: litstore.Store) -> None:
 
 def test_empty_batch_makes_no_version(store: litstore.Store) -> None:
     _seeded(store)
-    root = Path(store.root)
-    before = tree_state(root)
+    before = stored_state(store)
     assert store.append([]) == store.version
     assert store.append(iter(())).number == 1
-    assert tree_state(root) == before
+    assert stored_state(store) == before
 
 
 def test_create_on_existing_store_and_open_of_nothing(store: litstore.Store, tmp_path: Path) -> None:
     _seeded(store)
-    before = tree_state(Path(store.root))
+    before = stored_state(store)
     with pytest.raises(litstore.StoreExistsError, match="already holds a store"):
         litstore.Store.create(store.root, key="id")
-    assert tree_state(Path(store.root)) == before
+    assert stored_state(store) == before
     with pytest.raises(litstore.StoreNotFoundError, match="no litstore store"):
         litstore.open(tmp_path / "nothing-here")
 
@@ -154,3 +158,21 @@ def test_create_on_existing_store_and_open_of_nothing(store: litstore.Store, tmp
 def test_invalid_sql_is_a_query_error(store: litstore.Store) -> None:
     _seeded(store)
     _expect_rejected(store, lambda: store.sql("SELECT nope FROM manifest"), litstore.QueryError, "nope")
+
+
+def test_create_refuses_bad_arguments_and_strangers_directories(tmp_path: Path) -> None:
+    for options in (
+        {"splits": "not a valid field name!"},
+        {"chunk_bytes": 0},
+        {"checkpoint_interval": -1},
+        {"key_type": float},
+    ):
+        with pytest.raises(litstore.InvalidArgumentError):
+            litstore.Store.create(tmp_path / "s", key="id", **options)  # type: ignore[arg-type]
+    with pytest.raises(litstore.InvalidArgumentError):
+        litstore.HashSplit(train=0.5, val=0.2)
+    (tmp_path / "photos").mkdir()
+    (tmp_path / "photos" / "cat.jpg").write_bytes(b"not a store")
+    with pytest.raises(litstore.StoreExistsError, match="not empty"):
+        litstore.Store.create(tmp_path / "photos", key="id")
+    assert sorted(p.name for p in (tmp_path / "photos").iterdir()) == ["cat.jpg"]

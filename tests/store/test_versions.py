@@ -1,22 +1,20 @@
-"""Tags, diffs, upserts and deletes: the behaviours a user relies on, one test each."""
+"""Tags, diffs, upserts and deletes: what a user relies on, one test each; local, in memory, some on S3."""
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Callable
-from pathlib import Path
 
 import pyarrow as pa
 import pytest
 
 import litstore
-from tests.conftest import tree_state
+from tests.conftest import ON_S3_TOO, reopen, stored_state
 
 
 @pytest.fixture
-def history(make_store: Callable[..., litstore.Store]) -> litstore.Store:
+def history(make_any_store: Callable[..., litstore.Store]) -> litstore.Store:
     """v1: append k0..k9; v2: upsert k1 (changed), k2 (same), k10 (new); v3: delete k3."""
-    store = make_store(key="id", splits=litstore.HashSplit(train=0.5, val=0.5), chunk_bytes=256)
+    store = make_any_store(key="id", splits=litstore.HashSplit(train=0.5, val=0.5), chunk_bytes=256)
     store.append([{"id": f"k{i}", "value": i} for i in range(10)])
     store.upsert([{"id": "k1", "value": -1}, {"id": "k2", "value": 2}, {"id": "k10", "value": 10}])
     store.delete(["k3"])
@@ -25,12 +23,13 @@ def history(make_store: Callable[..., litstore.Store]) -> litstore.Store:
 
 @pytest.mark.parametrize("name", ["", "a/b", "..\\x", "../up", "x" * 129, "42", ".hidden", "tab\tname", None])
 def test_invalid_tag_names_are_refused(history: litstore.Store, name: object) -> None:
-    before = tree_state(Path(history.root))
+    before = stored_state(history)
     with pytest.raises(litstore.TagError):
         history.tag(name, 1)  # type: ignore[arg-type]
-    assert tree_state(Path(history.root)) == before
+    assert stored_state(history) == before
 
 
+@ON_S3_TOO
 def test_tag_never_moves_silently(history: litstore.Store) -> None:
     history.tag("release-1", 1)
     assert history.tag("release-1", 1).version == 1  # same version: fine
@@ -53,19 +52,20 @@ def test_upsert_counts_only_real_changes(history: litstore.Store) -> None:
     assert history.version.number == 3
 
 
-def test_upsert_may_not_move_a_key_to_another_split(make_store: Callable[..., litstore.Store]) -> None:
-    store = make_store(key="id", splits="split")
+def test_upsert_may_not_move_a_key_to_another_split(make_any_store: Callable[..., litstore.Store]) -> None:
+    store = make_any_store(key="id", splits="split")
     store.append([{"id": "a", "split": "train"}])
     with pytest.raises(litstore.SplitError, match="'a'"):
         store.upsert([{"id": "a", "split": "val"}])
     assert store.version.number == 1
 
 
+@ON_S3_TOO
 def test_delete_of_a_missing_key_names_it(history: litstore.Store) -> None:
-    before = tree_state(Path(history.root))
+    before = stored_state(history)
     with pytest.raises(litstore.KeyNotFoundError, match="'nope'"):
         history.delete(["k4", "nope"])
-    assert tree_state(Path(history.root)) == before
+    assert stored_state(history) == before
     version = history.delete(["k4", "nope"], missing_ok=True)
     assert version.removed == 1 and "k4" not in history and "k4" in history.at(3)
 
@@ -93,6 +93,7 @@ def test_diff_both_ways_from_manifests(history: litstore.Store) -> None:
     assert history.diff(1).counts == forward.counts  # the new side defaults to this version
 
 
+@ON_S3_TOO
 def test_diff_reads_no_chunk(history: litstore.Store) -> None:
-    shutil.rmtree(Path(history.root) / "fragments")  # with every chunk gone, diff still works
-    assert litstore.open(history.root).diff(1, 3).counts == {"added": 1, "removed": 1, "changed": 1}
+    history.storage.delete_tree("fragments")  # with every chunk gone, diff still works
+    assert reopen(history).diff(1, 3).counts == {"added": 1, "removed": 1, "changed": 1}

@@ -102,6 +102,7 @@ def test_flipped_byte_in_a_record_is_an_integrity_error(store: litstore.Store, w
     assert reopened["k001"]["x"][0] == 1.0
 
 
+@pytest.mark.integration  # worker processes, ~10 s to shut down
 def test_flipped_byte_under_two_workers_is_an_integrity_error(store: litstore.Store, tmp_path: Path) -> None:
     _flip(store, "k090", -3)
     dataset = litstore.open(store.root).dataset(views_dir=tmp_path / "views")

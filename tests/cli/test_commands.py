@@ -28,7 +28,6 @@ import pytest
 import litstore
 from litstore.cli import interchange
 
-pytest_plugins = ["tests.s3_server"]
 pytestmark = pytest.mark.integration
 
 Record = dict[str, Any]
