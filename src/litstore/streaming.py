@@ -363,7 +363,7 @@ class VersionDataset(StreamingDataset):
     # litdata maps and checks the next chunks' headers in __iter__ and __next__, before
     # __getitem__ sees them: a header that disagrees with index.json, or a truncated
     # chunk, raises RuntimeError, ValueError, IndexError or OSError from inside litdata
-    # (found by tests/test_fuzz_store.py). A plain try costs nothing per item.
+    # (found by tests/store/test_fuzzed_stores.py). A plain try costs nothing per item.
     def __iter__(self) -> VersionDataset:
         try:
             super().__iter__()

@@ -11,7 +11,7 @@ Importing this package imports none of them; litdata (and with it torch) is impo
 only by the modules that need it, when first used. It installs the record codec's
 media values (:func:`litstore.format.codec.install_media_codec`), which import
 :mod:`.media` the first time a record holds one. When litdata changes, this
-package changes, and ``tests/test_litdata_facts.py`` says where.
+package changes, and ``tests/_litdata/test_litdata_facts.py`` says where.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ little-endian uint32)::
 ``offsets[i]`` is the absolute byte position of item ``i`` and ``offsets[-1]`` is the
 file size. litstore reads items straight from this layout (a memory-mapped slice or
 a ranged read), which is what makes a lookup cost microseconds instead of litdata's
-milliseconds; ``tests/test_litdata_facts.py`` checks that litdata reads the same
+milliseconds; ``tests/_litdata/test_litdata_facts.py`` checks that litdata reads the same
 bytes back. This module imports numpy only, never litdata.
 """
 

@@ -7,7 +7,7 @@ layout is simple (:mod:`litstore._litdata.chunk`), and :class:`ChunkWriter` buil
 directly from an Arrow array of payloads: the framing, boundaries and header are
 computed column-wise, so a chunk costs a few bulk copies rather than Python work per
 record (``BinaryWriter.add_item`` infers types, flattens and looks up a serializer for
-every item). ``tests/test_litdata_facts.py`` proves the files and index entries
+every item). ``tests/_litdata/test_litdata_facts.py`` proves the files and index entries
 identical to ``BinaryWriter``'s, chunk boundaries included, and that litdata's own
 reader reads them.
 

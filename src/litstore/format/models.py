@@ -299,7 +299,7 @@ class Version(_Frozen):
             return self
         transaction = layout.check_transaction(self.transaction)
         if self.manifest is None and self.checkpoint is None:
-            # Composing it would silently give the parent's manifest (found by tests/test_fuzz_store.py).
+            # Composing it would silently give the parent's manifest (found by tests/store/test_fuzzed_stores.py).
             raise ValueError("a version with a transaction names its manifest delta or its checkpoint")
         if self.manifest is not None and self.manifest != layout.manifest_delta(self.number, transaction):
             raise ValueError(f"manifest {self.manifest!r} is not this version's delta")

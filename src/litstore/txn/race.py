@@ -129,6 +129,6 @@ def pause(attempt: int) -> float:
     Short and jittered, and shorter the more often it lost: growing pauses (the usual
     exponential backoff) starve the writer that keeps losing, since the winners start
     their next commit at once. Measured with three processes upserting disjoint keys
-    (``tests/test_concurrency.py``).
+    (``tests/txn/test_concurrent_writers.py``).
     """
     return random.uniform(0, MAX_PAUSE / (1 + attempt))
