@@ -87,6 +87,7 @@ EXAMPLES: dict[type[LitstoreError], Callable[[], LitstoreError]] = {
     errors.UnsupportedValueError: lambda: errors.UnsupportedValueError("meta.when", {1, 2}, "sets cannot be stored"),
     errors.IngestError: lambda: errors.IngestError(MESSAGE, 4, {"path": "a.jpg"}),
     errors.VerificationError: lambda: errors.VerificationError(MESSAGE, REPORT),
+    errors.DamagedRecordError: lambda: errors.DamagedRecordError(MESSAGE, 3, "fragments/c.bin", [4, 9], ["a", None]),
 }
 
 
@@ -119,6 +120,7 @@ def test_every_error_survives_pickling(cls: type[LitstoreError]) -> None:
         (errors.UnsupportedValueError, {"path": "meta.when", "value": {1, 2}, "culprits": []}),
         (errors.IngestError, {"position": 4, "input": {"path": "a.jpg"}}),
         (errors.VerificationError, {"report": REPORT}),
+        (errors.DamagedRecordError, {"version": 3, "chunk": "fragments/c.bin", "rows": [4, 9], "keys": ["a", None]}),
     ],
     ids=lambda value: value.__name__ if isinstance(value, type) else "",
 )

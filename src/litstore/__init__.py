@@ -10,6 +10,7 @@
 from litstore import _litdata  # noqa: F401  (installs the record codec's media values)
 from litstore.errors import (
     ConflictError,
+    DamagedRecordError,
     DuplicateKeyError,
     IngestError,
     IntegrityError,
@@ -49,6 +50,7 @@ __version__ = "0.1.0"
 __all__ = [
     "AuditReport",
     "ConflictError",
+    "DamagedRecordError",
     "Diff",
     "DuplicateKeyError",
     "FieldSplit",

@@ -23,6 +23,7 @@ built-in type, the error also derives from it, so ``except KeyError`` keeps work
     ├── IngestError                          ``Store.ingest``'s function failed on an input, or a worker died
     ├── MissingDependencyError (ImportError) an optional dependency (pandas, polars, ray, ...) is not installed
     ├── IntegrityError                       data does not match what was committed
+    │   ├── DamagedRecordError               a record read is not the one committed (key, chunk, row)
     │   └── VerificationError                raised by ``VerifyReport.raise_if_failed()``
     └── StorageError (OSError)               the storage backend failed
         ├── MissingFileError (FileNotFoundError)  a file the store needs is not there
@@ -248,6 +249,40 @@ class MissingDependencyError(LitstoreError, ImportError):
 
 class IntegrityError(LitstoreError):
     """Stored data does not match what was committed, or a write failed its self-check."""
+
+
+class DamagedRecordError(IntegrityError):
+    """Records a read asked for are not the ones their version committed.
+
+    Their stored bytes do not match the committed content hashes (the chunk was
+    damaged after the commit), or match them yet are not one canonical record each (a
+    damaged or hostile writer committed them so). Raised by every reader of records
+    (lookups, ``get_many``, iteration, streaming, Ray's read tasks) at the first batch
+    holding damage; ``store.verify()`` lists every damaged record.
+
+    It is made from its message alone too (the rest then empty): PyTorch's DataLoader
+    raises a worker's error again in the main process as ``type(error)(message)``.
+
+    Attributes:
+        version: the version read (``None`` where the reader does not know it).
+        chunk: the chunk holding the records.
+        rows: their rows in the chunk.
+        keys: their keys, in the order of ``rows``; ``None`` where a key is not known.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        version: int | None = None,
+        chunk: str = "",
+        rows: Sequence[int] = (),
+        keys: Sequence[Any] = (),
+    ) -> None:
+        super().__init__(message)
+        self.version = version
+        self.chunk = chunk
+        self.rows: list[int] = list(rows)
+        self.keys: list[Any] = list(keys) if keys else [None] * len(self.rows)
 
 
 class VerificationError(IntegrityError):

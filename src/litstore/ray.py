@@ -14,7 +14,9 @@ write failed is left to ``gc`` (nothing references it).
 head) is resolved to a number once, on the driver, and every read task reads exactly
 that version: its chunks are split into groups of about equal size, one read task
 per group, and every record is checked against the content hash the manifest lists
-before it is handed to Ray (as pyarrow tables; numpy arrays become Ray tensor columns).
+before it is handed to Ray (as pyarrow tables; numpy arrays become Ray tensor columns),
+by the version's :class:`~litstore.read.checked.RecordCheck` as on every read path: a
+damaged record fails the task with :class:`~litstore.errors.DamagedRecordError`.
 
 Ray's tables are columnar, so records pass through Ray with a uniform set of fields:
 a field missing from some records comes back as ``None`` in those records.
@@ -56,9 +58,8 @@ except ImportError as exc:  # pragma: no cover - only without the extra
     raise ImportError("litstore.ray needs Ray Data: pip install 'litstore[ray]'") from exc
 
 from litstore import txn
-from litstore.errors import IntegrityError, InvalidArgumentError, LitstoreError, SplitError, UncertainCommitError
+from litstore.errors import InvalidArgumentError, LitstoreError, SplitError, UncertainCommitError
 from litstore.format.models import Version, check_message
-from litstore.read.chunks import mismatched
 from litstore.read.keyindex import content_matrix
 from litstore.snapshot import VersionRef
 from litstore.store import Store
@@ -322,18 +323,12 @@ class _GroupReader:
 
     def __call__(self) -> Iterator[Block]:
         snapshot = open_store(self.root, storage_options=self.storage_options).at(self.number)
-        cache = snapshot.reader.chunk_cache
+        cache, check = snapshot.reader.chunk_cache, snapshot.reader.check
         for piece in self.pieces:
             for start in range(0, len(piece.rows), _BLOCK_ROWS):
-                rows = piece.rows[start : start + _BLOCK_ROWS]
-                payloads = cache.payloads(piece.chunk, rows)
-                damaged = mismatched(payloads, piece.contents[start : start + _BLOCK_ROWS])
-                if len(damaged):
-                    raise IntegrityError(
-                        f"chunk {piece.chunk} rows {rows[damaged].tolist()[:5]} do not match the manifest of "
-                        f"version {self.number}"
-                    )
-                yield _table(cache.decode(piece.chunk, payloads), self.columns)
+                rows, expected = piece.rows[start : start + _BLOCK_ROWS], piece.contents[start : start + _BLOCK_ROWS]
+                records = check.records(piece.chunk, rows, cache.payloads(piece.chunk, rows), expected)
+                yield _table(records, self.columns)
 
 
 def _pieces(manifest: pa.Table, chunks: dict[str, list[Any]], split: str | None) -> list[_Piece]:

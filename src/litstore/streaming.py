@@ -32,8 +32,9 @@ resumes under any views directory. Every other entry of a state is checked befor
 litdata uses it (:mod:`litstore.stream_state`): an edited one raises
 :class:`~litstore.errors.StreamStateError` naming the entry. Unless ``verify_records=False``, each item's bytes
 are checked against the content hash the manifest committed for it (xxh3-128, well
-under a microsecond for a typical record) and a mismatch raises
-:class:`~litstore.errors.IntegrityError` naming the key, chunk and row.
+under a microsecond for a typical record) and decoded by a
+:class:`~litstore.read.checked.RecordCheck`, as every reader's are: damage raises
+:class:`~litstore.errors.DamagedRecordError` naming the key, version, chunk and row.
 """
 
 from __future__ import annotations
@@ -60,11 +61,12 @@ from litstore._litdata.downloader import allow_plain_http_s3
 from litstore._litdata.index import ChunkInfo, index_document, parse_index_document
 from litstore._litdata.writer import ChunkWriter
 from litstore.errors import IntegrityError, LitstoreError, StreamStateError, VersionNotFoundError
-from litstore.format import codec, hashing, layout
+from litstore.format import layout
 from litstore.format.models import StoreConfig, Version
 from litstore.read import log
+from litstore.read.checked import RecordCheck
 from litstore.read.chunks import ChunkCache
-from litstore.read.decoded import DAMAGED, DecodedChunk
+from litstore.read.decoded import DecodedChunk
 from litstore.storage import LocalInput, Storage
 from litstore.storage.local import LocalStorage
 
@@ -75,11 +77,6 @@ _VIEW_PATHS = ("input_dir_path", "cache_dir_path")
 
 
 _STREAMING_NEXT = StreamingDataset.__next__
-
-
-def decode_item(item: Any) -> Any:
-    """litdata transform: the stored bytes of one item -> its record."""
-    return codec.decode(item)
 
 
 def open_dataset(
@@ -300,6 +297,7 @@ class VersionDataset(StreamingDataset):
         # through litdata's downloads.
         self._chunk_storage = LocalStorage(chunk_root) if chunk_root is not None else None
         self._decoded: DecodedChunk | None = None
+        self._check: RecordCheck | None = None  # made on first use: it names keys from the records file
         self._decoded_index = -1
         self._decoded_start = 0  # litdata's number of the decoded chunk's first item
         self.identity = dict(identity)
@@ -322,7 +320,8 @@ class VersionDataset(StreamingDataset):
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
-        state["_expected"] = state["_keys"] = state["_decoded"] = None  # memory-mapped: each process opens its own
+        # Memory-mapped (or bound to this dataset): each process opens or makes its own.
+        state["_expected"] = state["_keys"] = state["_decoded"] = state["_check"] = None
         state["_decoded_index"] = -1
         return state
 
@@ -350,12 +349,10 @@ class VersionDataset(StreamingDataset):
         item = super().__getitem__(index)
         if isinstance(index, str):
             return item
-        if self._records_file is not None:
-            if isinstance(index, int):
-                self._check(item, bisect.bisect_right(self._litdata_starts, index) - 1, index)
-            else:
-                self._check(item, index.chunk_index, index.index)
-        record = codec.decode(item)
+        if isinstance(index, int):
+            record = self._checked(item, bisect.bisect_right(self._litdata_starts, index) - 1, index)
+        else:
+            record = self._checked(item, index.chunk_index, index.index)
         for transform in self._transforms:
             record = transform(record)
         return record
@@ -396,10 +393,7 @@ class VersionDataset(StreamingDataset):
         chunk = self._decoded
         if chunk is None or self._decoded_index != chunk_index:
             chunk = self._decode(chunk_index)
-        row = int(number) - self._decoded_start
-        record = chunk.take(row)
-        if record is DAMAGED:
-            self._check(bytes(chunk.payload(row)), chunk_index, number)  # raises, naming the record
+        record = chunk.take(int(number) - self._decoded_start)
         for transform in self._transforms:
             record = transform(record)
         return record
@@ -417,26 +411,37 @@ class VersionDataset(StreamingDataset):
         name = self._files[chunk_index]
         self._decoded = None  # release the previous chunk before mapping the next
         assert self._chunk_storage is not None
-        chunk = self._decoded = DecodedChunk(self._chunk_storage.mapped(name), name, expected)
+        chunk = self._decoded = DecodedChunk(self._chunk_storage.mapped(name), name, expected, self._record_check())
         self._decoded_index = chunk_index
         self._decoded_start = self._litdata_starts[chunk_index]
         return chunk
 
-    def _check(self, item: bytes, chunk_index: int, number: int) -> None:
-        """Raise if ``item`` (litdata's item ``number``, in its chunk ``chunk_index``) is not what was committed."""
-        if self._expected is None:
-            self._open_records()
-        assert self._expected is not None
+    def _checked(self, item: bytes, chunk_index: int, number: int) -> Any:
+        """The record of ``item`` (litdata's item ``number``, in its chunk ``chunk_index``), checked if records are."""
         row = number - self._litdata_starts[chunk_index]
-        position = self._stream_starts[chunk_index] + row
-        if hashing.content_hash(item) != self._expected[16 * position : 16 * position + 16]:
-            assert self._keys is not None
-            key = self._keys[position].as_py()
-            raise IntegrityError(
-                f"record {key!r} of version {self.identity['version']} (chunk {self._files[chunk_index]}, row {row}) "
-                "does not match its committed content hash: the chunk is damaged; store.verify() lists every "
-                "damaged record"
-            )
+        expected = None
+        if self._records_file is not None:
+            if self._expected is None:
+                self._open_records()
+            assert self._expected is not None
+            position = self._stream_starts[chunk_index] + row
+            expected = self._expected[16 * position : 16 * position + 16]
+        return self._record_check().record(self._files[chunk_index], row, item, expected)
+
+    def _record_check(self) -> RecordCheck:
+        if self._check is None:
+            self._check = RecordCheck(self.identity["version"], self._keys_at)
+        return self._check
+
+    def _keys_at(self, chunk: str, rows: np.ndarray) -> list[Any]:
+        """The keys of the items at ``rows`` of ``chunk``, from the records file (``None`` each if unchecked)."""
+        if self._records_file is None:
+            return [None] * len(rows)
+        if self._keys is None:
+            self._open_records()
+        assert self._keys is not None
+        start = self._stream_starts[self._files.index(chunk)]
+        return list(self._keys.take(pa.array(rows + start)).to_pylist())
 
     def _open_records(self) -> None:
         assert self._records_file is not None

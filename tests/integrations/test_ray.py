@@ -203,7 +203,7 @@ def test_read_refuses_a_damaged_chunk(tmp_path: Path) -> None:
     data = bytearray(path.read_bytes())
     data[-3] ^= 0xFF  # inside the last record's payload
     path.write_bytes(bytes(data))
-    with pytest.raises(litstore.IntegrityError, match="do not match the manifest"):
+    with pytest.raises(litstore.IntegrityError, match="do not match their committed content hash"):
         litstore_ray.read(store).take_all()  # Ray re-raises the task's error as a subclass of it
 
 

@@ -418,12 +418,14 @@ def decode_framed(chunk: memoryview, offsets: Any) -> list[Any] | None:
 
 
 def decode(data: bytes | memoryview, where: str = "record") -> Any:
-    """The record whose canonical bytes are ``data``.
+    """The record whose canonical bytes are ``data``, which must hold exactly one (as in :func:`decode_each`).
 
     Raises:
-        IntegrityError: the bytes are not a canonical record (``where`` names it).
+        IntegrityError: the bytes are not one canonical record (``where`` names it).
     """
     try:
         return _unpack(data)
+    except msgpack.ExtraData as exc:
+        raise IntegrityError(f"{where} does not hold exactly one record") from exc
     except (IntegrityError, *_DECODE_FAILURES) as exc:
         raise IntegrityError(f"{where}: stored bytes do not decode: {exc!r}") from exc

@@ -1,1 +1,1 @@
-"""The read path: the key index, open chunks, composed manifests, grouping by chunk."""
+"""The read path: a version's engine, the one check-and-decode path, the key index, open chunks, composed manifests."""

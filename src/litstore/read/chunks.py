@@ -4,8 +4,9 @@ A :class:`ChunkCache` keeps the most recently used chunks open: a chunk the back
 can memory-map costs a slice per lookup; of any other chunk only the item offsets
 are kept, and each lookup reads just the bytes of its item (one ranged GET).
 Chunks are immutable once committed, so a cached chunk never goes stale.
-:func:`mismatched` tells which payloads differ from their committed content hashes;
-a chunk file that is gone raises :class:`~litstore.errors.IntegrityError` naming it.
+It hands out stored bytes only: checking them against their committed content hashes
+and decoding them is :mod:`litstore.read.checked`'s. A chunk file that is gone raises
+:class:`~litstore.errors.IntegrityError` naming it.
 """
 
 from __future__ import annotations
@@ -13,14 +14,13 @@ from __future__ import annotations
 import mmap
 from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
 from litstore._litdata import chunk as layout
 from litstore.errors import IntegrityError, MissingFileError
-from litstore.format import codec, columnar, hashing
+from litstore.format import columnar
 from litstore.storage import Storage
 
 # The first ranged read of a remote chunk: enough for the header of ~16,000 items.
@@ -92,23 +92,6 @@ class ChunkCache:
         offsets = chunk.offsets
         return chunk.view[int(offsets[row]) + layout.ITEM_HEADER : int(offsets[row + 1])]
 
-    def record(self, name: str, row: int) -> Any:
-        """The decoded record of item ``row`` of chunk ``name``."""
-        return codec.decode(self.payload(name, row), f"chunk {name} row {row}")
-
-    def records(self, name: str, rows: np.ndarray) -> list[Any]:
-        """The decoded records of items ``rows`` of chunk ``name``, in the order given.
-
-        The payloads are joined and decoded in one MessagePack pass, about a third
-        cheaper than decoding them one by one; a remote chunk's are fetched with few,
-        concurrent ranged GETs.
-        """
-        return self.decode(name, self.payloads(name, rows))
-
-    def decode(self, name: str, payloads: list[bytes] | list[memoryview]) -> list[Any]:
-        """The records encoded by ``payloads`` of chunk ``name``, in one decode pass."""
-        return codec.decode_each(payloads, f"chunk {name}")
-
     def payloads(self, name: str, rows: np.ndarray | None = None) -> list[bytes] | list[memoryview]:
         """The stored bytes of items ``rows`` (default: every item) of chunk ``name``, in that order."""
         chunk = self._chunk(name)
@@ -175,15 +158,3 @@ class ChunkCache:
 
     def offsets(self, name: str) -> np.ndarray:
         return self._chunk(name).offsets
-
-
-def mismatched(payloads: list[bytes] | list[memoryview], expected: np.ndarray) -> np.ndarray:
-    """Positions of the ``payloads`` whose content hash is not the ``(n, 16)`` ``expected`` row."""
-    found = hashing.content_hash_rows(payloads)
-    if found.shape == expected.shape and found.tobytes() == expected.tobytes():
-        return _NONE  # the common case: one comparison; the culprits are looked for only on failure
-    return np.flatnonzero((found != expected).any(axis=1))
-
-
-_NONE = np.empty(0, dtype=np.intp)
-_NONE.flags.writeable = False

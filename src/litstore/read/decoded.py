@@ -15,8 +15,12 @@ stalls the worker for the time of a chunk (tens of milliseconds for a 64 MiB chu
 longer than the few batches the loader keeps ready, so the training loop waits. A
 block costs about a millisecond, and only blocks that are read are decoded.
 
-A damaged item does not stop the others: its check fails when it is asked for (or,
-unchecked, it is decoded on its own), exactly as on the per-item path.
+The check and the decode are :mod:`litstore.read.checked`'s (:func:`~litstore.read.checked.mismatched`
+for a block's hashes, a :class:`~litstore.read.checked.RecordCheck` to name damaged
+records), so a damaged item raises the same :class:`~litstore.errors.DamagedRecordError`
+as on every other read path. A damaged item does not stop the others: its error is
+raised when it is asked for (an item that does not decode with its block is decoded
+on its own then), exactly as on the per-item path.
 """
 
 from __future__ import annotations
@@ -28,7 +32,8 @@ import numpy as np
 
 from litstore._litdata import chunk as chunk_layout
 from litstore.errors import IntegrityError
-from litstore.format import codec, hashing
+from litstore.format import codec
+from litstore.read.checked import RecordCheck, mismatched
 
 #: Items checked and decoded together. Small enough that a block takes about a
 #: millisecond (a loader keeps only ``prefetch_factor`` batches ready per worker),
@@ -48,8 +53,7 @@ class _Marker:
         return f"<{self.name}>"
 
 
-#: What :meth:`DecodedChunk.take` returns for an item whose bytes do not match its committed hash.
-DAMAGED: Final = _Marker("damaged item")
+_DAMAGED: Final = _Marker("bytes not the committed ones")
 _PENDING: Final = _Marker("not decoded yet")
 _ALONE: Final = _Marker("decoded on its own when asked for")
 
@@ -63,20 +67,28 @@ class DecodedChunk:
         name: the chunk's name, for error messages.
         expected: the committed content hashes of its items, 16 bytes each, in row order;
             ``None`` to skip the check.
+        check: names damaged items (their version and keys); default: by chunk and row alone.
 
     Raises:
         IntegrityError: the chunk's header is damaged, or it holds another number of
             items than were committed.
     """
 
-    def __init__(self, data: mmap.mmap | bytes, name: str, expected: bytes | memoryview | None) -> None:
+    def __init__(
+        self,
+        data: mmap.mmap | bytes,
+        name: str,
+        expected: bytes | memoryview | None,
+        check: RecordCheck | None = None,
+    ) -> None:
         self.name = name
         self._offsets = chunk_layout.item_offsets(data, name)
         self._view = memoryview(data)
         count = len(self._offsets) - 1
         if expected is not None and len(expected) != 16 * count:
             raise IntegrityError(f"chunk {name} holds {count} items; {len(expected) // 16} were committed")
-        self._expected = expected
+        self._expected = None if expected is None else np.frombuffer(expected, np.uint8).reshape(-1, 16)
+        self._check = check if check is not None else RecordCheck(None)
         self._records: list[Any] = [_PENDING] * count
 
     def __len__(self) -> int:
@@ -87,7 +99,7 @@ class DecodedChunk:
         return chunk_layout.item_payload(self._view, self._offsets, row)
 
     def take(self, row: int) -> Any:
-        """The decoded record of item ``row``, or :data:`DAMAGED` if it was checked and does not match.
+        """The decoded record of item ``row``, checked against its committed content hash (if one was given).
 
         The chunk forgets the record as it hands it out (streaming asks for each item
         once an epoch; asked again, its block is decoded again), so a worker holds only
@@ -96,8 +108,8 @@ class DecodedChunk:
         decodes to about 80 MiB of Python objects) costs fresh pages for every chunk.
 
         Raises:
-            IntegrityError: the item (unchecked, or committed as such by a hostile
-                writer) does not decode.
+            DamagedRecordError: the item does not match its committed content hash, or
+                is not one canonical record.
         """
         records = self._records
         record = records[row]
@@ -105,8 +117,11 @@ class DecodedChunk:
             self._decode_block(row // BLOCK_ITEMS)
             record = records[row]
         records[row] = _PENDING
+        if record is _DAMAGED:
+            raise self._check.mismatch(self.name, np.array([row]))
         if record is _ALONE:
-            return codec.decode(self.payload(row), f"chunk {self.name} row {row}")
+            expected = None if self._expected is None else self._expected[row].tobytes()
+            return self._check.record(self.name, row, self.payload(row), expected)
         return record
 
     def _decode_block(self, block: int) -> None:
@@ -117,15 +132,9 @@ class DecodedChunk:
         damaged: list[int] = []
         if self._expected is not None:
             starts = (offsets[:-1] + chunk_layout.ITEM_HEADER).tolist()
-            payloads = map(self._view.__getitem__, map(slice, starts, offsets[1:].tolist()))
-            actual = b"".join(map(hashing.content_hash, payloads))
-            committed = self._expected[16 * first : 16 * last]
-            if actual != committed:
-                differs = np.frombuffer(actual, np.uint8).reshape(-1, 16) != np.frombuffer(committed, np.uint8).reshape(
-                    -1, 16
-                )
-                damaged = (np.flatnonzero(differs.any(axis=1)) + first).tolist()
+            payloads = list(map(self._view.__getitem__, map(slice, starts, offsets[1:].tolist())))
+            damaged = (mismatched(payloads, self._expected[first:last]) + first).tolist()
         decoded = codec.decode_framed(self._view, offsets)
         self._records[first:last] = decoded if decoded is not None else [_ALONE] * (last - first)
         for row in damaged:
-            self._records[row] = DAMAGED
+            self._records[row] = _DAMAGED

@@ -9,8 +9,9 @@ on to the next version's reader (:meth:`VersionReader.successor`). Give each thr
 or process its own.
 
 Every record it returns was checked against the content hash its version committed
-(:func:`~litstore.read.chunks.mismatched`) and against its key, so damage is an
-:class:`~litstore.errors.IntegrityError` naming key, chunk and row, never another
+and decoded by its :class:`~litstore.read.checked.RecordCheck` (the one path every
+reader takes), and checked against its key, so damage is a
+:class:`~litstore.errors.DamagedRecordError` naming key, chunk and row, never another
 record.
 """
 
@@ -26,10 +27,11 @@ import pyarrow.compute as pc
 
 from litstore._litdata.index import ChunkInfo
 from litstore.errors import IntegrityError, KeyNotFoundError, VersionNotFoundError, describe
-from litstore.format import codec, hashing
+from litstore.format import hashing
 from litstore.format.models import StoreConfig, Version, declared_fields
 from litstore.read import log
-from litstore.read.chunks import ChunkCache, mismatched
+from litstore.read.checked import RecordCheck
+from litstore.read.chunks import ChunkCache
 from litstore.read.groups import by_chunk, chunk_order, chunk_runs
 from litstore.read.keyindex import KeyIndex
 from litstore.read.manifests import ManifestCache, compose_manifest
@@ -69,6 +71,7 @@ class VersionReader:
         self._manifest: pa.Table | None = None
         self._composed = composed  # composes the manifest from the parent's in memory, instead of the files
         self._cache = ChunkCache(storage)
+        self._check = RecordCheck(version.number, self._keys_at)
 
     def __repr__(self) -> str:
         return f"<VersionReader {self._storage.url} version {self._version.number}>"
@@ -97,6 +100,11 @@ class VersionReader:
     def chunk_cache(self) -> ChunkCache:
         """The chunks this reader has open (for the commit protocol's copy-on-write)."""
         return self._cache
+
+    @property
+    def check(self) -> RecordCheck:
+        """Checks and decodes this version's records, naming damaged ones (keys from the manifest)."""
+        return self._check
 
     @property
     def built_index(self) -> KeyIndex | None:
@@ -197,20 +205,21 @@ class VersionReader:
         key_field = self._config.key
         for position in index.positions(hashing.key_hash(key)):  # type: ignore[arg-type]
             chunk, row = index.location(position)
-            payload = self._cache.payload(chunk, row)
-            if hashing.content_hash(payload) != index.content(position):
-                raise self.damaged(chunk, np.array([row]), [key])  # type: ignore[list-item]
-            record = codec.decode(payload, f"chunk {chunk} row {row}")
+            record = self._check.record(chunk, row, self._cache.payload(chunk, row), index.content(position), key)
             if not isinstance(record, dict):
-                raise self.damaged(chunk, np.array([row]), [key])  # type: ignore[list-item]
-            if key_field not in record:  # every record holds its key: the config names another field
-                raise IntegrityError(
-                    f"the record at chunk {chunk}, row {row} (version {self._version.number}) has no field "
-                    f"{key_field!r}, which the store's config names as its key: the config or the record is damaged"
-                )
+                raise self._check.malformed(chunk, row, f"a {type(record).__name__}, not a dict", key)
+            if key_field not in record:
+                raise self._keyless(chunk, row)
             if record.get(key_field) == key:
                 return record
         return None
+
+    def _keyless(self, chunk: str, row: int) -> IntegrityError:
+        """The error for a record without the key field: every record holds its key, so the config names another."""
+        return IntegrityError(
+            f"the record at chunk {chunk}, row {row} (version {self._version.number}) has no field "
+            f"{self._config.key!r}, which the store's config names as its key: the config or the record is damaged"
+        )
 
     def get_many(self, keys: Sequence[Key], default: Any = MISSING) -> list[Any]:
         """The records with ``keys``, in the same order.
@@ -281,31 +290,10 @@ class VersionReader:
             chunk = index.chunks[chunk_id]
             for first in range(start, end, _CHECK_BATCH):  # hashed, then decoded while still in cache
                 last = min(first + _CHECK_BATCH, end)
-                payloads = self._cache.payloads(chunk, rows[first:last])
-                damaged = mismatched(payloads, contents[first:last])
-                if len(damaged):
-                    asked = [keys[i] for i in hits[first + damaged].tolist()]
-                    raise self.damaged(chunk, rows[first + damaged], asked)
-                try:
-                    records += self._cache.decode(chunk, payloads)
-                except IntegrityError as exc:
-                    asked = [keys[i] for i in hits[first:last].tolist()]
-                    raise self._undecodable(chunk, payloads, rows[first:last], asked) from exc
+                batch, asked = rows[first:last], _asked(keys, hits[first:last])
+                payloads = self._cache.payloads(chunk, batch)
+                records += self._check.records(chunk, batch, payloads, contents[first:last], asked)
         return records
-
-    def _undecodable(
-        self, chunk: str, payloads: Sequence[bytes | memoryview], rows: np.ndarray, keys: Sequence[Key]
-    ) -> IntegrityError:
-        """The error naming the first of ``payloads`` that matches its content hash yet is not one canonical record."""
-        for payload, row, key in zip(payloads, rows.tolist(), keys, strict=True):
-            try:
-                codec.decode_each([payload])
-            except IntegrityError as exc:
-                return IntegrityError(
-                    f"the record of key {key!r} (version {self._version.number}; chunk {chunk}, row {row}) matches "
-                    f"its committed content hash but is not one canonical record: {exc}"
-                )
-        return IntegrityError(f"records of chunk {chunk} do not decode together, yet each decodes alone")
 
     def existing_keys(
         self, keys: Iterable[Key] | pa.Array | pa.ChunkedArray, hashes: np.ndarray | None = None
@@ -341,13 +329,13 @@ class VersionReader:
             chunk = index.chunks[chunk_id]
             for start in range(0, len(rows), _DECODE_BATCH):
                 batch = rows[start : start + _DECODE_BATCH]
-                payloads = self._cache.payloads(chunk, batch)
-                damaged = mismatched(payloads, index.contents[where[start : start + _DECODE_BATCH]])
-                if len(damaged):
-                    raise self.damaged(chunk, batch[damaged])
-                for row, record in zip(batch.tolist(), self._cache.decode(chunk, payloads), strict=True):
-                    if not isinstance(record, dict) or key_field not in record:
-                        raise self.damaged(chunk, np.array([row]))
+                expected = index.contents[where[start : start + _DECODE_BATCH]]
+                records = self._check.records(chunk, batch, self._cache.payloads(chunk, batch), expected)
+                for row, record in zip(batch.tolist(), records, strict=True):
+                    if not isinstance(record, dict):
+                        raise self._check.malformed(chunk, row, f"a {type(record).__name__}, not a dict")
+                    if key_field not in record:
+                        raise self._keyless(chunk, row)
                     yield record[key_field], record
 
     def values(self) -> Iterator[Record]:
@@ -355,18 +343,15 @@ class VersionReader:
         for _, record in self.items():
             yield record
 
-    def damaged(self, chunk: str, rows: np.ndarray, keys: Sequence[Key] | None = None) -> IntegrityError:
-        """The error for records of ``chunk`` at ``rows`` whose bytes are not what was committed.
+    def _keys_at(self, chunk: str, rows: np.ndarray) -> list[Key | None]:
+        """The keys the manifest lists at ``rows`` of ``chunk``, in that order (to name damaged records)."""
+        manifest = self.manifest()
+        at = pc.and_(pc.equal(manifest.column("chunk"), chunk), pc.is_in(manifest.column("row"), pa.array(rows)))
+        listed = manifest.filter(at)
+        keys = dict(zip(listed.column("row").to_pylist(), listed.column("key").to_pylist(), strict=True))
+        return [keys.get(row) for row in rows.tolist()]
 
-        ``keys`` are the keys asked for; without them the manifest names the records.
-        """
-        if keys is None:
-            manifest = self.manifest()
-            at = pc.and_(pc.equal(manifest.column("chunk"), chunk), pc.is_in(manifest.column("row"), pa.array(rows)))
-            keys = manifest.filter(at).column("key").to_pylist()
-        places = describe([f"row {row}" for row in rows.tolist()])
-        return IntegrityError(
-            f"{len(rows)} record(s) of version {self._version.number} do not match their committed content hash "
-            f"(keys {describe(list(keys))}; chunk {chunk}, {places}): the chunk is damaged; "
-            "store.verify() lists every damaged record"
-        )
+
+def _asked(keys: list[Any], hits: np.ndarray) -> Callable[[np.ndarray], list[Any]]:
+    """The keys asked for at positions of a batch whose records are ``keys[hits]`` (to name damaged ones)."""
+    return lambda positions: [keys[i] for i in hits[positions].tolist()]
