@@ -28,10 +28,11 @@ from litstore._litdata.index import ChunkInfo
 from litstore.errors import IntegrityError, KeyNotFoundError, VersionNotFoundError, describe
 from litstore.format import codec, hashing
 from litstore.format.models import StoreConfig, Version, declared_fields
-from litstore.read import log
+from litstore.read import keyruns, log
 from litstore.read.chunks import ChunkCache, mismatched
 from litstore.read.groups import by_chunk, chunk_order, chunk_runs
 from litstore.read.keyindex import KeyIndex
+from litstore.read.keyruns import RunReader
 from litstore.read.manifests import ManifestCache
 from litstore.read.memory import release_freed
 from litstore.storage import Storage
@@ -59,6 +60,7 @@ class VersionReader:
         chunks: dict[str, list[ChunkInfo]] | None = None,
         index: KeyIndex | None = None,
         composed: Callable[[], pa.Table] | None = None,
+        runs: dict[str, RunReader] | None = None,
     ) -> None:
         self._storage = storage
         self._config = config
@@ -69,6 +71,7 @@ class VersionReader:
         self._manifest: pa.Table | None = None
         self._composed = composed  # composes the manifest from the parent's in memory, instead of the files
         self._cache = ChunkCache(storage)
+        self._run_readers = runs if runs is not None else {}  # open key runs, shared with successors
 
     def __repr__(self) -> str:
         return f"<VersionReader {self._storage.url} version {self._version.number}>"
@@ -130,6 +133,7 @@ class VersionReader:
             chunks=chunks,
             index=index,
             composed=composed,
+            runs=self._run_readers,
         )
 
     def at(self, number: int) -> VersionReader:
@@ -193,6 +197,8 @@ class VersionReader:
         key = hashing.normalize_key(key)
         if not hashing.is_key(key, self._config.key_type):
             return None
+        if self._reads_runs():
+            return self._find_in_runs(key)  # type: ignore[arg-type]
         index = self.key_index()
         key_field = self._config.key
         for position in index.positions(hashing.key_hash(key)):  # type: ignore[arg-type]
@@ -219,6 +225,8 @@ class VersionReader:
         ``default`` is given to stand in for them. Every record is checked against its
         committed content hash and its key, as ``snapshot[key]`` checks one.
         """
+        if self._reads_runs():
+            return self._get_many_in_runs(list(keys), default)
         index = self.key_index()
         keys, hashes, valid = self._lookup_hashes(list(keys))
         positions, found = index.first_positions(hashes)
@@ -252,6 +260,77 @@ class VersionReader:
             results[i] = record
         if default is MISSING and not found.all():
             missing = [keys[i] for i in np.flatnonzero(~found).tolist()]
+            raise KeyNotFoundError(
+                f"{len(missing)} of {len(keys)} keys are not in version {self._version.number}: {describe(missing)}"
+            )
+        return results
+
+    # -- the key index on disk (format 3) ---------------------------------------------
+
+    def _reads_runs(self) -> bool:
+        """Whether lookups read the key runs: a format-3 version, unless its index is in memory already."""
+        return self._config.writes_key_runs and self._index is None
+
+    def key_runs(self) -> keyruns.KeyRuns:
+        """This version's key index on disk (format 3)."""
+        return keyruns.KeyRuns(self._storage, self._version.key_runs, self._run_readers)
+
+    def _locate(self, keys: list[Any]) -> tuple[np.ndarray, list[str], np.ndarray]:
+        """For each of ``keys`` (normalized): LIVE, DELETED or ABSENT in the runs, its chunk and its entry."""
+        key_type = self._config.key_type
+        valid = [hashing.is_key(key, key_type) for key in keys]
+        column = pa.array(
+            [key if ok else (0 if key_type == "int" else "") for key, ok in zip(keys, valid, strict=True)],
+            pa.int64() if key_type == "int" else pa.string(),
+        )
+        hashes = hashing.key_hash_array(column)
+        prints = np.frombuffer(hashing.keyprint_array(column), dtype="V16")
+        status, names, entries = self.key_runs().find_many(hashes, prints)
+        status[~np.array(valid, dtype=bool)] = keyruns.ABSENT
+        return status, names, entries
+
+    def _find_in_runs(self, key: Key) -> Record | None:
+        records = self._get_many_in_runs([key], None)
+        return records[0]  # type: ignore[no-any-return]
+
+    def _get_many_in_runs(self, keys: list[Any], default: Any) -> list[Any]:
+        keys = [hashing.normalize_key(key) for key in keys]
+        status, names, entries = self._locate(keys)
+        live = np.flatnonzero(status == keyruns.LIVE)
+        results: list[Any] = [default] * len(keys)
+        by_chunk: dict[str, list[int]] = {}
+        for position in live.tolist():
+            by_chunk.setdefault(names[position], []).append(position)
+        key_field = self._config.key
+        for chunk, positions in by_chunk.items():
+            where = np.array(positions, dtype=np.intp)
+            order = np.argsort(entries["row"][where], kind="stable")
+            where = where[order]
+            rows = entries["row"][where].astype(np.int64)
+            contents = np.frombuffer(entries["content"][where].tobytes(), dtype=np.uint8).reshape(-1, 16)
+            for first in range(0, len(where), _CHECK_BATCH):
+                last = first + _CHECK_BATCH
+                payloads = self._cache.payloads(chunk, rows[first:last])
+                damaged = mismatched(payloads, contents[first:last])
+                if len(damaged):
+                    raise self.damaged(chunk, rows[first + damaged], [keys[i] for i in where[first + damaged].tolist()])
+                try:
+                    decoded = self._cache.decode(chunk, payloads)
+                except IntegrityError as exc:
+                    asked = [keys[i] for i in where[first:last].tolist()]
+                    raise self._undecodable(chunk, payloads, rows[first:last], asked) from exc
+                for position, row, record in zip(
+                    where[first:last].tolist(), rows[first:last].tolist(), decoded, strict=True
+                ):
+                    if not isinstance(record, dict) or record.get(key_field) != keys[position]:
+                        raise IntegrityError(
+                            f"the key index of version {self._version.number} points key {keys[position]!r} at "
+                            f"chunk {chunk}, row {row}, which holds another record: the index is damaged; "
+                            "store.verify() checks the version"
+                        )
+                    results[position] = record
+        if default is MISSING and len(live) < len(keys):
+            missing = [keys[i] for i in np.flatnonzero(status != keyruns.LIVE).tolist()]
             raise KeyNotFoundError(
                 f"{len(missing)} of {len(keys)} keys are not in version {self._version.number}: {describe(missing)}"
             )
@@ -316,6 +395,10 @@ class VersionReader:
         is present are looked at one by one, so checking a large batch of new keys costs
         one vectorised search.
         """
+        if self._reads_runs():
+            listed = keys.to_pylist() if isinstance(keys, (pa.Array, pa.ChunkedArray)) else list(keys)
+            status, _, _ = self._locate(listed)
+            return [listed[i] for i in np.flatnonzero(status == keyruns.LIVE).tolist()]
         if hashes is None:
             keys = keys if isinstance(keys, (pa.Array, pa.ChunkedArray)) else list(keys)
             hashes = hashing.key_hashes(keys.to_pylist() if isinstance(keys, (pa.Array, pa.ChunkedArray)) else keys)
