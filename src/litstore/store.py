@@ -107,6 +107,7 @@ class Store:
         chunk_bytes: int = 64 * 1024 * 1024,
         checkpoint_interval: int = 64,
         storage_options: dict[str, Any] | None = None,
+        format_version: int | None = None,
     ) -> Store:
         """Create an empty store (version 0) at ``root``.
 
@@ -131,6 +132,9 @@ class Store:
                 live records).
             storage_options: for ``s3://`` roots, keyword arguments of boto3's S3
                 client (``endpoint_url``, credentials, ...), also used for streaming.
+            format_version: the store's data format, fixed for its life: the newest
+                (3: each commit writes a key run, the key index on disk) by default;
+                2 for a store that litstore releases before key runs must read.
 
         Raises:
             StoreExistsError: ``root`` already holds a store, or other files.
@@ -153,6 +157,7 @@ class Store:
                 chunk_bytes=chunk_bytes,
                 checkpoint_interval=checkpoint_interval,
                 created_at=datetime.now(UTC),
+                **({} if format_version is None else {"format_version": format_version}),
             )
         except pydantic.ValidationError as exc:
             raise InvalidArgumentError(f"cannot create a store: {first_problem(exc, 'argument')}") from None

@@ -280,8 +280,7 @@ class VersionReader:
         key_type = self._config.key_type
         valid = [hashing.is_key(key, key_type) for key in keys]
         column = pa.array(
-            [key if ok else (0 if key_type == "int" else "") for key, ok in zip(keys, valid, strict=True)],
-            pa.int64() if key_type == "int" else pa.string(),
+            [hashing.key_bytes(key) if ok else b"" for key, ok in zip(keys, valid, strict=True)], pa.large_binary()
         )
         hashes = hashing.key_hash_array(column)
         prints = np.frombuffer(hashing.keyprint_array(column), dtype="V16")
@@ -322,7 +321,15 @@ class VersionReader:
                 for position, row, record in zip(
                     where[first:last].tolist(), rows[first:last].tolist(), decoded, strict=True
                 ):
-                    if not isinstance(record, dict) or record.get(key_field) != keys[position]:
+                    if not isinstance(record, dict):
+                        raise self.damaged(chunk, np.array([row]), [keys[position]])
+                    if key_field not in record:  # every record holds its key: the config names another field
+                        raise IntegrityError(
+                            f"the record at chunk {chunk}, row {row} (version {self._version.number}) has no field "
+                            f"{key_field!r}, which the store's config names as its key: the config or the record is "
+                            "damaged"
+                        )
+                    if record[key_field] != keys[position]:
                         raise IntegrityError(
                             f"the key index of version {self._version.number} points key {keys[position]!r} at "
                             f"chunk {chunk}, row {row}, which holds another record: the index is damaged; "
