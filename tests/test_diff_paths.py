@@ -1,6 +1,6 @@
 """``store.diff`` from the keys the commits between two versions touched equals the full join of their manifests.
 
-:func:`litstore.read.manifests.touched_rows` reads only the deltas between the two
+:func:`litstore.ops.diff.touched_rows` reads only the deltas between the two
 versions and looks the keys they touched up in the older one; the reference here is
 computed in Python from the two versions' whole manifests (``snapshot.manifest()``).
 Every example gets its own directory: function-scoped fixtures are not reset between
@@ -23,8 +23,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import litstore
-from litstore.ops.diff import Diff
-from litstore.read import manifests
+from litstore.ops.diff import Diff, touched_rows
 
 Expected = dict[str, list[tuple[Any, str]]]
 
@@ -57,7 +56,7 @@ def found(diff: Diff) -> Expected:
 def fast_diff(store: litstore.Store, old: int, new: int) -> Diff | None:
     """The diff from touched keys alone, or None where the log does not allow it."""
     old_version, new_version = store.at(old).version, store.at(new).version
-    rows = manifests.touched_rows(store.storage, store.config, old_version, new_version)
+    rows = touched_rows(store.storage, store.config, old_version, new_version)
     return None if rows is None else Diff.between(old, new, *rows)
 
 

@@ -31,7 +31,7 @@ def _manifest_columns(root: Path) -> list[list[str]]:
 def test_new_stores_leave_key_hashes_out_of_their_files(tmp_path: Path) -> None:
     store = litstore.Store.create(tmp_path / "s", key="id")
     store.append([{"id": f"k{i}", "v": i} for i in range(50)])
-    assert store.config.format_version == 3  # (format 3 adds key runs; manifest files as format 2)
+    assert store.config.format_version == 2
     assert all("key_hash" not in names for names in _manifest_columns(tmp_path / "s"))
     manifest = litstore.open(tmp_path / "s").manifest()
     assert manifest.column("key_hash").to_pylist() == hashing.key_hashes(manifest.column("key").to_pylist()).tolist()

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 import litstore
 from litstore.errors import DuplicateKeyError
 from litstore.format import hashing
-from litstore.read import keyindex, log
+from litstore.read import keyindex, manifests
 from litstore.read.keyindex import KeyIndex
 
 Step = tuple[str, list[int]]
@@ -79,6 +79,6 @@ def test_the_index_a_commit_passes_on_is_the_one_a_reader_builds(
         assert {record["id"]: record["rev"] for record in store.values()} == live
         head = store.head()
         passed_manifest = head.manifest()  # composed in memory after an upsert or delete (the parent's was read)
-        from_files = log.compose_manifest(head.storage, head.config, head.version.number)
+        from_files = manifests.compose_manifest(head.storage, head.config, head.version.number)
         assert passed_manifest.schema == from_files.schema
         assert passed_manifest.sort_by("key").equals(from_files.sort_by("key"))

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from litstore import query
 from litstore.format import hashing
+from litstore.read.manifests import compose
 
 names = st.sampled_from(["fragments/a/chunk-0.bin", "fragments/a/chunk-1.bin", "fragments/b/chunk-0.bin"])
 manifests = st.lists(st.tuples(names, st.integers(0, 50)), max_size=40).map(
@@ -140,7 +141,7 @@ def test_compose_takes_each_key_from_the_newest_delta_that_mentions_it(
     """Against the rule spelled out, with key hashes true or colliding (every key one of two hashes)."""
     checkpoint = _manifest_table([(number, "added", 0) for number in base], None, colliding)
     tables = [_manifest_table(rows, version, colliding) for version, rows in enumerate(deltas, 1)]
-    composed = query.compose("str", checkpoint, tables)
+    composed = compose("str", reversed(tables), checkpoint)
 
     expected: list[tuple[str, bytes, int]] = []
     decided: set[int] = set()

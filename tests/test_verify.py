@@ -22,7 +22,7 @@ import litstore
 from litstore import VerifyReport
 from litstore._litdata import chunk as chunk_layout
 from litstore.format import codec, hashing, layout
-from litstore.read.log import compose_manifest
+from litstore.read.manifests import compose_manifest
 
 SPLITS = litstore.HashSplit(train=0.6, val=0.2, test=0.2)
 BATCHES = ("a", "b", "c")  # one append (version 1, 2, 3) each

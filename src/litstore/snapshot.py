@@ -42,7 +42,7 @@ from litstore.format import hashing
 from litstore.format.models import StoreConfig, Version
 from litstore.read import log
 from litstore.read.keyindex import KeyIndex
-from litstore.read.manifests import ManifestCache
+from litstore.read.manifests import ManifestCache, compose_manifest
 from litstore.read.version import MISSING, Key, Record, VersionReader
 from litstore.storage import Storage
 
@@ -227,7 +227,7 @@ class Snapshot:
         from litstore.ops import verify
 
         # Read everything from storage again: verify must not trust what is in memory.
-        listed = log.compose_manifest(self.storage, self.config, self.version.number)
+        listed = compose_manifest(self.storage, self.config, self.version.number)
         chunks = log.read_chunks(self.storage, self.version)
         return verify.verify(self.storage, self.config, self.version, listed, chunks, expected_keys, progress)
 

@@ -132,9 +132,11 @@ class Store:
                 live records).
             storage_options: for ``s3://`` roots, keyword arguments of boto3's S3
                 client (``endpoint_url``, credentials, ...), also used for streaming.
-            format_version: the store's data format, fixed for its life: the newest
-                (3: each commit writes a key run, the key index on disk) by default;
-                2 for a store that litstore releases before key runs must read.
+            format_version: the store's data format, fixed for its life: 2 by default;
+                3 makes each commit also write a key run (the key index on disk), so
+                a lookup, ``get_many``, ``in`` or an append's key check in a fresh
+                process reads a few pages of it instead of composing the manifest.
+                Older litstore releases refuse a format-3 store by its config.
 
         Raises:
             StoreExistsError: ``root`` already holds a store, or other files.

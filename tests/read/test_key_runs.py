@@ -48,7 +48,7 @@ def test_lookups_through_key_runs_agree_with_the_manifest(
     tmp_path: Path, history: list[tuple[str, list[str]]], backend: str
 ) -> None:
     root = str(tmp_path / uuid.uuid4().hex) if backend == "local" else f"memory://runs-{uuid.uuid4().hex}"
-    store = litstore.Store.create(root, key="id", chunk_bytes=2048)
+    store = litstore.Store.create(root, key="id", chunk_bytes=2048, format_version=3)
     model: dict[str, Record] = {}
     for step, (kind, keys) in enumerate(history):
         if kind == "append":
@@ -104,7 +104,7 @@ class _Counting:
 
 
 def test_a_fresh_lookup_reads_pages_of_the_index_not_the_manifest(tmp_path: Path) -> None:
-    store = litstore.Store.create(tmp_path / "s", key="id", chunk_bytes=1 << 20)
+    store = litstore.Store.create(tmp_path / "s", key="id", chunk_bytes=1 << 20, format_version=3)
     for part in range(4):
         store.append([_record(f"r{part}-{i:05d}", 0) for i in range(5000)])
     head = litstore.open(tmp_path / "s").head()
@@ -121,7 +121,7 @@ def test_a_fresh_lookup_reads_pages_of_the_index_not_the_manifest(tmp_path: Path
 
 @pytest.fixture
 def damaged_store(tmp_path: Path) -> litstore.Store:
-    store = litstore.Store.create(tmp_path / "s", key="id", chunk_bytes=4096)
+    store = litstore.Store.create(tmp_path / "s", key="id", chunk_bytes=4096, format_version=3)
     store.append([_record(f"k{i:04d}", 0) for i in range(3000)])
     return store
 
@@ -185,12 +185,8 @@ def test_a_footer_that_lies_about_its_count_is_refused(damaged_store: litstore.S
 
 def test_a_format_2_store_reads_and_writes_without_key_runs(tmp_path: Path) -> None:
     root = tmp_path / "s"
-    litstore.Store.create(root, key="id")
-    config = root / layout.CONFIG
-    document = json.loads(config.read_text())
-    document["format_version"] = 2
-    config.write_text(json.dumps(document))
-    store = litstore.open(root)
+    store = litstore.Store.create(root, key="id")
+    assert store.config.format_version == 2, "the default, for now"
     store.append([_record(f"k{i}", 0) for i in range(20)])
     store.delete(["k3"])
     reopened = litstore.open(root)
@@ -198,3 +194,26 @@ def test_a_format_2_store_reads_and_writes_without_key_runs(tmp_path: Path) -> N
     assert not list((root / "manifests").glob("*.keys"))
     assert reopened["k4"] == _record("k4", 0) and "k3" not in reopened
     assert reopened.verify().ok
+
+
+def test_a_handle_on_a_version_gc_expired_is_told_to_refresh(tmp_path: Path) -> None:
+    root = str(tmp_path / "s")
+    stale = litstore.Store.create(root, key="id", chunk_bytes=1 << 20, format_version=3)
+    stale.append([_record("k", 0), _record("j", 0)])
+    other = litstore.open(root)
+    for rev in range(3):
+        other.upsert([_record("j", rev + 1)])
+    other.gc(keep_last=1)
+    with pytest.raises(litstore.VersionNotFoundError, match=r"Store\.refresh\(\)"):
+        stale["k"]
+    stale.refresh()
+    assert stale["k"] == _record("k", 0) and stale["j"] == _record("j", 3)
+
+
+def test_format_3_at_create_and_a_newer_one_refused(tmp_path: Path) -> None:
+    store = litstore.Store.create(tmp_path / "a", key="id", format_version=3)
+    assert litstore.open(tmp_path / "a").config.format_version == 3
+    store.append([_record("k", 0)])
+    assert len(store.version.key_runs) == 1
+    with pytest.raises(litstore.InvalidArgumentError, match="newer than this litstore reads"):
+        litstore.Store.create(tmp_path / "b", key="id", format_version=4)

@@ -20,7 +20,7 @@ hash in memory is its key's and no later step checks it again, whatever a file h
 A delta (``manifests/<v>-<txn>.parquet``) holds what version ``v`` changed, with two
 more columns: ``change`` (a :class:`ChangeKind` value) and ``version`` (``v``). The
 manifest of version ``v`` is, for each key, the rows of the newest delta up to ``v``
-that mentions it, unless those are deletions (see :func:`litstore.query.compose`).
+that mentions it, unless those are deletions (see :func:`litstore.read.manifests.compose`).
 Pure: no I/O beyond bytes in and out.
 """
 

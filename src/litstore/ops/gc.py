@@ -61,7 +61,7 @@ from litstore.errors import InvalidArgumentError, StorageError
 from litstore.format import layout
 from litstore.format import manifest as manifest_format
 from litstore.format.models import ExpiredVersion, StoreConfig, Version
-from litstore.read import log
+from litstore.read import log, manifests
 from litstore.storage import FileInfo, Storage
 from litstore.txn import leases
 
@@ -314,7 +314,7 @@ def _remove(
 def _write_checkpoint(storage: Storage, config: StoreConfig, version: Version) -> None:
     """Write the full manifest of ``version`` to its checkpoint path, so its chain stops there."""
     assert version.transaction is not None, "version 0 has no manifest to checkpoint"
-    full = log.compose_manifest(storage, config, version.number)
+    full = manifests.compose_manifest(storage, config, version.number)
     storage.write(
         layout.manifest_checkpoint(version.number, version.transaction),
         manifest_format.to_parquet(full, key_hash=config.stores_key_hash),

@@ -1,7 +1,9 @@
-"""The version log: reading commit records, tags, split indexes and manifests of a store.
+"""The version log: reading commit records, tags, split indexes and manifest files of a store.
 
 Every reader of a store's metadata comes here (snapshots, the commit protocol, gc,
-tags, streaming); nothing here writes. Writing a checkpoint is the commit's job
+tags, streaming); nothing here writes. This module reads single files and walks a
+version's manifest chain (:func:`manifest_chain`); what the chain composes to is
+:mod:`litstore.read.manifests`'s. Writing a checkpoint is the commit's job
 (:mod:`litstore.txn.commit`, :mod:`litstore.txn.fields`) or gc's.
 
 Everything here reads what committed writers left and trusts none of it: a damaged
@@ -12,7 +14,7 @@ against :mod:`litstore.format.layout` before it is used.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import numpy as np
 import pyarrow as pa
@@ -29,7 +31,6 @@ from litstore.format.models import (
     Tag,
     Version,
     check_tag_name,
-    declared_fields,
 )
 from litstore.storage import MissingFileError, Storage
 
@@ -131,38 +132,6 @@ def checkpoint_of(version: Version, manifest_names: set[str]) -> str | None:
         return None
     path = layout.manifest_checkpoint(version.number, version.transaction)
     return path if path.removeprefix(f"{layout.MANIFESTS}/") in manifest_names else None
-
-
-def compose_manifest(storage: Storage, config: StoreConfig, number: int) -> pa.Table:
-    """The manifest of version ``number``: the newest checkpoint at or below it, then deltas."""
-    from litstore import query
-
-    if number <= 0:
-        return query.compose(config.key_type, None, [], config.fields)
-    version = read_version(storage, number)
-    # The declared fields of the target version: every file of its chain has them, because
-    # add_fields writes a checkpoint, where the chain of every later version stops.
-    fields = declared_fields(config, version)
-    pending, path = manifest_chain(storage, version, set(storage.names(layout.MANIFESTS)))
-    rows_mentioned = 0  # rows of the deltas read so far
-
-    def checkpoint(superseded: Callable[[pa.Table], np.ndarray] | None) -> pa.Table | None:
-        if path is None:
-            return None
-        # Probing row groups costs a read of the key column: worth it only when the deltas
-        # mention half the keys the version holds or more (a rewrite that moved most records).
-        if superseded is not None and 2 * rows_mentioned < version.total:
-            superseded = None
-        return read_manifest_file(storage, config, path, delta=False, fields=fields, superseded=superseded)
-
-    def deltas() -> Iterator[pa.Table]:
-        nonlocal rows_mentioned
-        for delta in pending:
-            table = read_manifest_file(storage, config, delta, delta=True, fields=fields)
-            rows_mentioned += table.num_rows
-            yield table
-
-    return query.compose_newest_first(config.key_type, checkpoint, deltas(), fields)
 
 
 def manifest_chain(storage: Storage, version: Version, checkpoints: set[str]) -> tuple[list[str], str | None]:

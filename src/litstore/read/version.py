@@ -27,13 +27,13 @@ import pyarrow.compute as pc
 from litstore._litdata.index import ChunkInfo
 from litstore.errors import IntegrityError, KeyNotFoundError, VersionNotFoundError, describe
 from litstore.format import codec, hashing
-from litstore.format.models import StoreConfig, Version, declared_fields
+from litstore.format.models import ExpiredVersion, StoreConfig, Version, declared_fields
 from litstore.read import keyruns, log
 from litstore.read.chunks import ChunkCache, mismatched
 from litstore.read.groups import by_chunk, chunk_order, chunk_runs
 from litstore.read.keyindex import KeyIndex
 from litstore.read.keyruns import RunReader
-from litstore.read.manifests import ManifestCache
+from litstore.read.manifests import ManifestCache, compose_manifest
 from litstore.read.memory import release_freed
 from litstore.storage import Storage
 
@@ -168,7 +168,7 @@ class VersionReader:
                 if self._composed is not None:
                     cached = self._composed()
                 else:
-                    cached = log.compose_manifest(self._storage, self._config, self._version.number)
+                    cached = compose_manifest(self._storage, self._config, self._version.number)
                 release_freed()  # composing a large manifest leaves hundreds of MiB freed in Arrow's pool
                 self._manifests.put(key, cached)
             self._composed = None  # what it held (the parent's manifest) is no longer needed
@@ -284,7 +284,16 @@ class VersionReader:
         )
         hashes = hashing.key_hash_array(column)
         prints = np.frombuffer(hashing.keyprint_array(column), dtype="V16")
-        status, names, entries = self.key_runs().find_many(hashes, prints)
+        try:
+            status, names, entries = self.key_runs().find_many(hashes, prints)
+        except IntegrityError as exc:
+            record = log.read_record(self._storage, self._version.number)
+            if isinstance(record, ExpiredVersion):  # gc expired it under this handle, and removed its files
+                raise VersionNotFoundError(
+                    f"version {self._version.number} was expired by gc while this handle read it: its key index "
+                    "is gone. Store.refresh() moves to the newest version."
+                ) from exc
+            raise
         status[~np.array(valid, dtype=bool)] = keyruns.ABSENT
         return status, names, entries
 

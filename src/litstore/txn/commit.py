@@ -51,6 +51,7 @@ from litstore.format.models import (
     check_metadata,
     declared_fields,
 )
+from litstore.read import manifests
 from litstore.read.groups import by_chunk
 from litstore.read.keyindex import KeyIndex
 from litstore.txn import claims, fields, keyruns, leases, race
@@ -256,9 +257,7 @@ def publish(
     checkpoint_path = None
     full: pa.Table | None = None
     if number % config.checkpoint_interval == 0 or pending_rows > sum(counts.values()):
-        full = query.compose(
-            config.key_type, head.manifest(), [manifest_format.decoded(delta)], declared_fields(config, parent)
-        )
+        full = _applied(head.manifest(), delta, config.key_type, declared_fields(config, parent))
         checkpoint_path = layout.manifest_checkpoint(number, transaction)
         storage.write(checkpoint_path, manifest_format.to_parquet(full, key_hash=config.stores_key_hash))
         written.append(checkpoint_path)
@@ -314,7 +313,12 @@ def _composer(head: VersionReader, delta: pa.Table, full: pa.Table | None) -> Ca
     if parent_manifest is None:
         return None
     key_type, fields = head.config.key_type, declared_fields(head.config, head.version)
-    return lambda: query.compose(key_type, parent_manifest, [manifest_format.decoded(delta)], fields)
+    return lambda: _applied(parent_manifest, delta, key_type, fields)
+
+
+def _applied(parent_manifest: pa.Table, delta: pa.Table, key_type: str, fields: dict[str, str]) -> pa.Table:
+    """The new version's manifest: ``delta`` applied to the parent's, by the one rule (:func:`manifests.compose`)."""
+    return manifests.compose(key_type, [manifest_format.decoded(delta)], parent_manifest, fields)
 
 
 def _next_index(head: VersionReader, current: Plan) -> KeyIndex | None:
