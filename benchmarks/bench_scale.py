@@ -8,8 +8,9 @@ litstore store of format 2 (the manifest composed on first use), one of format 3
 key index on disk, :mod:`litstore.format.keyrun`), and, if ``pylance`` is installed, a
 Lance dataset written by ``write_dataset`` with a BTREE scalar index on ``id``. Then
 each operation runs in a fresh Python process (imports done before the clock starts,
-pandas included, which pyarrow imports on its first array; page cache warm), and the process reports its time and its peak resident memory
-(``VmHWM``, imports included; ``ru_maxrss`` would keep the parent's across ``exec``):
+pandas included, which pyarrow imports on its first array; page cache warm), and the
+process reports its time and its peak resident memory (``VmHWM``, imports included;
+``ru_maxrss`` would keep the parent's across ``exec``):
 
 - ``first lookup``: open the store or dataset and read one random key;
 - ``get_many 10k``: open, then read 10,000 random keys (Lance: ``isin`` filter);
