@@ -57,11 +57,7 @@ LAYERS: dict[str, int] = {
 
 #: (importer, imported) -> why the edge is still there. Each one is a ``TYPE_CHECKING``
 #: import; remove it here when the code stops needing it.
-ALLOWED: dict[tuple[str, str], str] = {
-    # stream_state checks a loader state against the VersionDataset streaming.py defines
-    # (and calls it from there): typed by the class it serves.
-    ("litstore.stream_state", "litstore.streaming"): "the dataset a state is checked against",
-}
+ALLOWED: dict[tuple[str, str], str] = {}
 
 
 @dataclass(frozen=True)

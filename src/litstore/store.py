@@ -107,6 +107,7 @@ class Store:
         chunk_bytes: int = 64 * 1024 * 1024,
         checkpoint_interval: int = 64,
         storage_options: dict[str, Any] | None = None,
+        format_version: int | None = None,
     ) -> Store:
         """Create an empty store (version 0) at ``root``.
 
@@ -131,6 +132,11 @@ class Store:
                 live records).
             storage_options: for ``s3://`` roots, keyword arguments of boto3's S3
                 client (``endpoint_url``, credentials, ...), also used for streaming.
+            format_version: the store's data format, fixed for its life: 2 by default;
+                3 makes each commit also write a key run (the key index on disk), so
+                a lookup, ``get_many``, ``in`` or an append's key check in a fresh
+                process reads a few pages of it instead of composing the manifest.
+                Older litstore releases refuse a format-3 store by its config.
 
         Raises:
             StoreExistsError: ``root`` already holds a store, or other files.
@@ -153,6 +159,7 @@ class Store:
                 chunk_bytes=chunk_bytes,
                 checkpoint_interval=checkpoint_interval,
                 created_at=datetime.now(UTC),
+                **({} if format_version is None else {"format_version": format_version}),
             )
         except pydantic.ValidationError as exc:
             raise InvalidArgumentError(f"cannot create a store: {first_problem(exc, 'argument')}") from None

@@ -22,12 +22,27 @@ from __future__ import annotations
 
 import numbers
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from litstore.errors import StreamStateError
 
-if TYPE_CHECKING:
-    from litstore.streaming import VersionDataset
+
+class VersionDataset(Protocol):
+    """What a state is checked against: the parts of a :class:`litstore.streaming.VersionDataset` (a litdata
+    ``StreamingDataset``) that describe what it streams. A Protocol, so this module does not import the
+    streaming module that calls it."""
+
+    seed: int
+    input_dir: Any
+    item_loader: Any
+    subsampled_files: Any
+    region_of_interest: Any
+    _litdata_starts: Any
+    _item_shuffle_window: Any
+    _force_override_state_dict: bool
+
+    def __len__(self) -> int: ...
+
 
 #: litdata's loader state format (``state_version``) this litstore resumes.
 STATE_VERSION = 2

@@ -182,6 +182,20 @@ def key_hash_array(keys: pa.Array | pa.ChunkedArray) -> np.ndarray:
 _HASH_SLICE = 1 << 13
 
 
+def keyprint(key: str | int) -> bytes:
+    """xxh3-128 of the key's bytes: which key a key run's entry is for (a 64-bit key hash can collide)."""
+    return xxhash.xxh3_128_digest(key_bytes(key))
+
+
+def keyprint_array(keys: pa.Array | pa.ChunkedArray) -> bytes:
+    """:func:`keyprint` of each key of an Arrow ``string`` or integer column, 16 bytes each, joined."""
+    keys = keys.combine_chunks() if isinstance(keys, pa.ChunkedArray) else keys
+    if pa.types.is_integer(keys.type):
+        raw = np.asarray(keys.cast(pa.int64()).to_numpy(), dtype="<i8").tobytes()
+        keys = pa.FixedSizeBinaryArray.from_buffers(pa.binary(8), len(keys), [None, pa.py_buffer(raw)])
+    return b"".join(content_hashes(keys.cast(pa.large_binary())))
+
+
 def fingerprint_of(keys: pa.Array | pa.ChunkedArray, contents: pa.Array | pa.ChunkedArray) -> int:
     """:func:`fingerprint_sum` of Arrow columns of keys (``string`` or integers) and content hashes (no nulls).
 

@@ -5,6 +5,7 @@
     versions/<v>-<txn>/<split>/index.json           litdata index of that version's split
     manifests/<v>-<txn>.parquet                     manifest delta of version v
     manifests/<v>-<txn>.checkpoint.parquet          full manifest at version v (some versions)
+    manifests/<v>-<txn>.keys                        key run written by version v (format 3)
     fragments/<txn>/chunk-<txn>-<n>.bin             litdata chunks, written once, never changed
     fragments/<txn>/lease-<id>.json                 FragmentLease: gc leaves the fragment alone while it runs
     fragments/<txn>/doomed-<id>.json                gc is removing files of the fragment (commits refuse it)
@@ -63,6 +64,7 @@ _OWN_FILES = re.compile(
     r"|fragments/[0-9a-f]{20}/((lease|doomed)-[0-9a-f]{20}|clock)\.json"
     r"|versions/\d{8,}\.expiring/[0-9a-f]{20}\.json"
     r"|manifests/\d{8,}-[0-9a-f]{20}(\.checkpoint)?\.parquet"
+    r"|manifests/\d{8,}-[0-9a-f]{20}\.keys"
     r"|versions/\d{8,}-[0-9a-f]{20}/[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}/index\.json"
     r"|versions/turn\.claim"
 )
@@ -112,6 +114,27 @@ def manifest_delta(number: int, transaction: str) -> str:
 
 def manifest_checkpoint(number: int, transaction: str) -> str:
     return f"{MANIFESTS}/{version_name(number)}-{transaction}.checkpoint.parquet"
+
+
+def key_run(number: int, transaction: str) -> str:
+    return f"{MANIFESTS}/{version_name(number)}-{transaction}.keys"
+
+
+_KEY_RUN = re.compile(r"manifests/(\d{8,})-[0-9a-f]{20}\.keys")
+
+
+def check_key_run(path: str) -> str:
+    """``path`` if it names a key run as litstore writes them, else ``ValueError``."""
+    if not isinstance(path, str) or not _KEY_RUN.fullmatch(path):
+        raise ValueError(f"{path!r} is not a key run path of this store's layout")
+    return path
+
+
+def key_run_number(path: str) -> int:
+    """The version that wrote key run ``path`` (checked)."""
+    match = _KEY_RUN.fullmatch(check_key_run(path))
+    assert match is not None
+    return int(match.group(1))
 
 
 def fragment(transaction: str) -> str:

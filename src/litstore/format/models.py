@@ -28,8 +28,14 @@ FORMAT_VERSION = 1
 
 #: The format of a store's data files, fixed at creation (``StoreConfig.format_version``).
 #: 1: manifest files hold ``key_hash``. 2: they do not (it is derived from the key on read,
-#: which saves 8-10 bytes a record on disk and cannot disagree with the key).
-STORE_FORMAT_VERSION = 2
+#: which saves 8-10 bytes a record on disk and cannot disagree with the key). 3: every
+#: commit also writes a key run (:mod:`litstore.format.keyrun`), so a lookup reads a few
+#: pages of the key index on disk instead of composing the manifest.
+STORE_FORMAT_VERSION = 3
+#: The format ``Store.create`` gives a store unless asked for another: 2 while the readers
+#: that still compose the manifest (upsert planning, diff, streaming) are moved onto the
+#: key runs; ``Store.create(format_version=3)`` opts in.
+DEFAULT_STORE_FORMAT = 2
 
 _SPLIT_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}")
 
@@ -166,7 +172,7 @@ class StoreConfig(_Frozen):
     litstore stays readable, and its writes refuse any chunk that reaches the limit.
     """
 
-    format_version: int = Field(default=STORE_FORMAT_VERSION, ge=1)
+    format_version: int = Field(default=DEFAULT_STORE_FORMAT, ge=1)
     key: str
     key_type: Literal["str", "int"] = "str"
     splits: SplitRule
@@ -205,6 +211,11 @@ class StoreConfig(_Frozen):
     def stores_key_hash(self) -> bool:
         """Whether this store's manifest files hold the ``key_hash`` column (format 1)."""
         return self.format_version < 2
+
+    @property
+    def writes_key_runs(self) -> bool:
+        """Whether each commit writes a key run (format 3): the key index on disk."""
+        return self.format_version >= 3
 
 
 def check_chunk_bytes(value: int, name: str = "chunk_bytes") -> None:
@@ -279,6 +290,8 @@ class Version(_Frozen):
     message: str | None = None
     metadata: dict[str, Any] = Field(default_factory=dict)
     fields: dict[str, str] | None = None
+    #: The runs of the version's key index on disk, newest first (format 3; empty before).
+    key_runs: tuple[KeyRunRef, ...] = ()
 
     @field_validator("message", mode="before")
     @classmethod
@@ -315,6 +328,9 @@ class Version(_Frozen):
             layout.check_transaction(fragment)
         for chunk in self.dropped_chunks:
             layout.check_chunk(chunk)
+        for run in self.key_runs:
+            if layout.key_run_number(run.path) > self.number:
+                raise ValueError(f"key run {run.path!r} is of a later version than {self.number}")
         return self
 
     @property
@@ -456,6 +472,19 @@ def _shown(value: object) -> str:
 def declared_fields(config: StoreConfig, version: Version) -> dict[str, str]:
     """The fields ``version``'s manifest carries: its own set, else the store's from creation."""
     return config.fields if version.fields is None else version.fields
+
+
+class KeyRunRef(_Frozen):
+    """One run of a version's key index on disk, as its commit record lists it."""
+
+    path: str
+    entries: int = Field(ge=0)
+    size: int = Field(gt=0)
+
+    @model_validator(mode="after")
+    def _a_run(self) -> KeyRunRef:
+        layout.check_key_run(self.path)
+        return self
 
 
 class ExpiredVersion(_Frozen):

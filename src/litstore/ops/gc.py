@@ -138,7 +138,7 @@ def choose_kept(
 
 
 def referenced_files(storage: Storage, version: Version) -> set[str]:
-    """Every file ``version`` needs: its record, indexes, manifest files and chunks."""
+    """Every file ``version`` needs: its record, indexes, manifest files, key runs and chunks."""
     files = {layout.version_record(version.number), *version.indexes.values()}
     if version.manifest:
         files.add(version.manifest)
@@ -146,6 +146,7 @@ def referenced_files(storage: Storage, version: Version) -> set[str]:
         files.add(layout.manifest_checkpoint(version.number, version.transaction))
     if version.checkpoint:
         files.add(version.checkpoint)
+    files.update(run.path for run in version.key_runs)
     for chunks in log.read_chunks(storage, version).values():
         files.update(chunk.filename for chunk in chunks)
     return files

@@ -24,16 +24,18 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import xxhash
 
 from litstore._litdata.index import ChunkInfo
 from litstore.errors import IntegrityError, KeyNotFoundError, VersionNotFoundError, describe
 from litstore.format import hashing
-from litstore.format.models import StoreConfig, Version, declared_fields
-from litstore.read import log
+from litstore.format.models import ExpiredVersion, StoreConfig, Version, declared_fields
+from litstore.read import keyruns, log
 from litstore.read.checked import RecordCheck
 from litstore.read.chunks import ChunkCache
 from litstore.read.groups import by_chunk, chunk_order, chunk_runs
 from litstore.read.keyindex import KeyIndex
+from litstore.read.keyruns import RunReader
 from litstore.read.manifests import ManifestCache, compose_manifest
 from litstore.read.memory import release_freed
 from litstore.storage import Storage
@@ -61,6 +63,7 @@ class VersionReader:
         chunks: dict[str, list[ChunkInfo]] | None = None,
         index: KeyIndex | None = None,
         composed: Callable[[], pa.Table] | None = None,
+        runs: dict[str, RunReader] | None = None,
     ) -> None:
         self._storage = storage
         self._config = config
@@ -72,6 +75,7 @@ class VersionReader:
         self._composed = composed  # composes the manifest from the parent's in memory, instead of the files
         self._cache = ChunkCache(storage)
         self._check = RecordCheck(version.number, self._keys_at)
+        self._run_readers = runs if runs is not None else {}  # open key runs, shared with successors
 
     def __repr__(self) -> str:
         return f"<VersionReader {self._storage.url} version {self._version.number}>"
@@ -138,6 +142,7 @@ class VersionReader:
             chunks=chunks,
             index=index,
             composed=composed,
+            runs=self._run_readers,
         )
 
     def at(self, number: int) -> VersionReader:
@@ -201,6 +206,8 @@ class VersionReader:
         key = hashing.normalize_key(key)
         if not hashing.is_key(key, self._config.key_type):
             return None
+        if self._reads_runs():
+            return self._find_in_runs(key)  # type: ignore[arg-type]
         index = self.key_index()
         key_field = self._config.key
         for position in index.positions(hashing.key_hash(key)):  # type: ignore[arg-type]
@@ -228,6 +235,8 @@ class VersionReader:
         ``default`` is given to stand in for them. Every record is checked against its
         committed content hash and its key, as ``snapshot[key]`` checks one.
         """
+        if self._reads_runs():
+            return self._get_many_in_runs(list(keys), default)
         index = self.key_index()
         keys, hashes, valid = self._lookup_hashes(list(keys))
         positions, found = index.first_positions(hashes)
@@ -261,6 +270,86 @@ class VersionReader:
             results[i] = record
         if default is MISSING and not found.all():
             missing = [keys[i] for i in np.flatnonzero(~found).tolist()]
+            raise KeyNotFoundError(
+                f"{len(missing)} of {len(keys)} keys are not in version {self._version.number}: {describe(missing)}"
+            )
+        return results
+
+    # -- the key index on disk (format 3) ---------------------------------------------
+
+    def _reads_runs(self) -> bool:
+        """Whether lookups read the key runs: a format-3 version, unless its index is in memory already."""
+        return self._config.writes_key_runs and self._index is None
+
+    def key_runs(self) -> keyruns.KeyRuns:
+        """This version's key index on disk (format 3)."""
+        return keyruns.KeyRuns(self._storage, self._version.key_runs, self._run_readers)
+
+    def _locate(self, keys: list[Any]) -> tuple[np.ndarray, list[str], np.ndarray]:
+        """For each of ``keys`` (normalized): LIVE, DELETED or ABSENT in the runs, its chunk and its entry."""
+        key_type = self._config.key_type
+        valid = [hashing.is_key(key, key_type) for key in keys]
+        identities = [hashing.key_bytes(key) if ok else b"" for key, ok in zip(keys, valid, strict=True)]
+        # Hashed without Arrow: the first pa.array of a process imports pandas (0.3-0.4 s).
+        hashes = np.fromiter(map(xxhash.xxh3_64_intdigest, identities), dtype=np.uint64, count=len(identities))
+        prints = np.frombuffer(b"".join(map(xxhash.xxh3_128_digest, identities)), dtype="V16")
+        try:
+            status, names, entries = self.key_runs().find_many(hashes, prints)
+        except IntegrityError as exc:
+            record = log.read_record(self._storage, self._version.number)
+            if isinstance(record, ExpiredVersion):  # gc expired it under this handle, and removed its files
+                raise VersionNotFoundError(
+                    f"version {self._version.number} was expired by gc while this handle read it: its key index "
+                    "is gone. Store.refresh() moves to the newest version."
+                ) from exc
+            raise
+        status[~np.array(valid, dtype=bool)] = keyruns.ABSENT
+        return status, names, entries
+
+    def _find_in_runs(self, key: Key) -> Record | None:
+        records = self._get_many_in_runs([key], None)
+        return records[0]  # type: ignore[no-any-return]
+
+    def _get_many_in_runs(self, keys: list[Any], default: Any) -> list[Any]:
+        keys = [hashing.normalize_key(key) for key in keys]
+        status, names, entries = self._locate(keys)
+        live = np.flatnonzero(status == keyruns.LIVE)
+        results: list[Any] = [default] * len(keys)
+        by_chunk: dict[str, list[int]] = {}
+        for position in live.tolist():
+            by_chunk.setdefault(names[position], []).append(position)
+        key_field = self._config.key
+        for chunk, positions in by_chunk.items():
+            where = np.array(positions, dtype=np.intp)
+            order = np.argsort(entries["row"][where], kind="stable")
+            where = where[order]
+            rows = entries["row"][where].astype(np.int64)
+            contents = np.frombuffer(entries["content"][where].tobytes(), dtype=np.uint8).reshape(-1, 16)
+            for first in range(0, len(where), _CHECK_BATCH):
+                last = first + _CHECK_BATCH
+                payloads = self._cache.payloads(chunk, rows[first:last])
+                asked = _asked(keys, where[first:last])
+                decoded = self._check.records(chunk, rows[first:last], payloads, contents[first:last], asked)
+                for position, row, record in zip(
+                    where[first:last].tolist(), rows[first:last].tolist(), decoded, strict=True
+                ):
+                    if not isinstance(record, dict):
+                        raise self._check.malformed(chunk, row, "it is not a record (a dict)", keys[position])
+                    if key_field not in record:  # every record holds its key: the config names another field
+                        raise IntegrityError(
+                            f"the record at chunk {chunk}, row {row} (version {self._version.number}) has no field "
+                            f"{key_field!r}, which the store's config names as its key: the config or the record is "
+                            "damaged"
+                        )
+                    if record[key_field] != keys[position]:
+                        raise IntegrityError(
+                            f"the key index of version {self._version.number} points key {keys[position]!r} at "
+                            f"chunk {chunk}, row {row}, which holds another record: the index is damaged; "
+                            "store.verify() checks the version"
+                        )
+                    results[position] = record
+        if default is MISSING and len(live) < len(keys):
+            missing = [keys[i] for i in np.flatnonzero(status != keyruns.LIVE).tolist()]
             raise KeyNotFoundError(
                 f"{len(missing)} of {len(keys)} keys are not in version {self._version.number}: {describe(missing)}"
             )
@@ -304,6 +393,10 @@ class VersionReader:
         is present are looked at one by one, so checking a large batch of new keys costs
         one vectorised search.
         """
+        if self._reads_runs():
+            listed = keys.to_pylist() if isinstance(keys, (pa.Array, pa.ChunkedArray)) else list(keys)
+            status, _, _ = self._locate(listed)
+            return [listed[i] for i in np.flatnonzero(status == keyruns.LIVE).tolist()]
         if hashes is None:
             keys = keys if isinstance(keys, (pa.Array, pa.ChunkedArray)) else list(keys)
             hashes = hashing.key_hashes(keys.to_pylist() if isinstance(keys, (pa.Array, pa.ChunkedArray)) else keys)

@@ -54,7 +54,7 @@ from litstore.format.models import (
 from litstore.read import manifests
 from litstore.read.groups import by_chunk
 from litstore.read.keyindex import KeyIndex
-from litstore.txn import claims, fields, leases, race
+from litstore.txn import claims, fields, keyruns, leases, race
 from litstore.txn.change import Change, Compaction, Delete, FieldAddition, Write
 from litstore.txn.plan import Plan
 from litstore.txn.stage import Moved, StagedFragment, discard, write_fragment
@@ -262,6 +262,11 @@ def publish(
         storage.write(checkpoint_path, manifest_format.to_parquet(full, key_hash=config.stores_key_hash))
         written.append(checkpoint_path)
         pending_rows = 0
+    key_runs = parent.key_runs
+    if config.writes_key_runs:
+        run = keyruns.entries_of(current.rows, current.deleted.keys, config.key_type)
+        key_runs, run_files = keyruns.write_runs(storage, number, transaction, run, parent.key_runs)
+        written.extend(run_files)
     fragment_ids = sorted(
         {chunk.filename.split("/")[1] for listed in current.staged_chunks.values() for chunk in listed}
     )
@@ -287,6 +292,7 @@ def publish(
         message=message,
         metadata=metadata or {},
         fields=parent.fields,
+        key_runs=key_runs,
     )
     if not race.put_commit_record(head, version):
         for path in written:

@@ -133,5 +133,6 @@ def _write(
         message=message,
         metadata=metadata or {},
         fields=fields,
+        key_runs=parent.key_runs,  # the same records in the same places
     )
     return version, written

@@ -1,0 +1,152 @@
+"""The byte layout of a key run: one immutable, sorted file of a version's key index.
+
+A version's key index on disk is a short list of runs, newest first (the commit
+record's ``key_runs``); each commit writes one run with what it changed, and runs are
+merged as they pile up (see :mod:`litstore.txn.keyruns`). A run is::
+
+    entries     n x 48 bytes, sorted by key hash:
+                  key_hash   u64   xxh3-64 of the key (what every litstore index sorts by)
+                  chunk      u32   into the chunk table; DELETED for a deleted key
+                  row        u32
+                  content    16 B  the committed content hash (zeros for a deleted key)
+                  keyprint   16 B  xxh3-128 of the key: which key the entry is for
+    chunk table UTF-8 chunk names joined by "\\n"
+    fences      ceil(n / page) x u64: the key hash of the first entry of each page
+    page sums   ceil(n / page) x u64: xxh3-64 of each page's bytes
+    footer      40 bytes: magic, n (u64), page (u32), chunk table bytes (u32),
+                chunk count (u32), reserved (u32), xxh3-64 of the chunk table, fences and sums
+
+Within one key hash, entries of the same key are newest first (a merged run keeps
+only the newest of each key). A lookup of key K reads the footer, chunk table and
+fences once per run and process, then one page: the first entry whose keyprint is
+K's decides (a deleted entry: K is not in the version), and a live entry is still
+confirmed by the record's content hash and key when it is read.
+
+Everything a reader takes from a run is checked before it is used: sizes against
+the file's length, counts against the commit record, fences sorted, every page
+read against its sum, its hashes sorted and inside its fences, chunk ids inside the
+table, chunk names of the layout. A run that fails is an :class:`~litstore.errors.IntegrityError`.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import xxhash
+
+from litstore.errors import IntegrityError
+from litstore.format import layout
+
+MAGIC = b"LSKRUN01"
+FOOTER = struct.Struct("<8sQIIII Q")
+ENTRY = np.dtype([("key_hash", "<u8"), ("chunk", "<u4"), ("row", "<u4"), ("content", "V16"), ("keyprint", "V16")])
+#: The chunk id of an entry that says its key was deleted.
+DELETED = 0xFFFFFFFF
+#: Entries in a page: one page (48 KiB) is what a lookup reads of a run.
+PAGE = 1024
+#: The most chunks a run may name (a chunk id is 32 bits, and one value means deleted).
+MAX_CHUNKS = 2**31
+
+
+@dataclass(frozen=True)
+class Tail:
+    """What a reader keeps of a run after opening it: its size, chunk names and fences."""
+
+    entries: int
+    page: int
+    chunks: tuple[str, ...]
+    fences: np.ndarray  # uint64, one per page
+    sums: np.ndarray  # uint64, one per page
+
+    @property
+    def entries_bytes(self) -> int:
+        return self.entries * ENTRY.itemsize
+
+
+def encode(entries: np.ndarray, chunks: list[str]) -> bytes:
+    """The bytes of a run holding ``entries`` (of :data:`ENTRY`, sorted by key hash) over ``chunks``."""
+    if entries.dtype != ENTRY:
+        raise ValueError("entries must be of the key run's entry type")
+    if len(chunks) >= MAX_CHUNKS:
+        raise ValueError(f"a key run names at most {MAX_CHUNKS - 1} chunks")
+    names = "\n".join(chunks).encode()
+    fences = np.ascontiguousarray(entries["key_hash"][::PAGE]).astype("<u8")
+    data = entries.tobytes()
+    size = PAGE * ENTRY.itemsize
+    sums = np.array([xxhash.xxh3_64_intdigest(data[i : i + size]) for i in range(0, len(data), size)], dtype="<u8")
+    tail = names + fences.tobytes() + sums.tobytes()
+    footer = FOOTER.pack(MAGIC, len(entries), PAGE, len(names), len(chunks), 0, xxhash.xxh3_64_intdigest(tail))
+    return data + tail + footer
+
+
+def footer_size() -> int:
+    return FOOTER.size
+
+
+def parse_tail(path: str, file_bytes: int, footer: bytes, read: Callable[[int, int], bytes]) -> Tail:
+    """Check a run's footer (its last :func:`footer_size` bytes) and read its chunk table and fences.
+
+    ``read(start, end)`` returns bytes ``[start, end)`` of the run (``file_bytes`` long).
+
+    Raises:
+        IntegrityError: the footer, sizes, chunk table or fences are not those of a run.
+    """
+    if len(footer) != FOOTER.size:
+        raise IntegrityError(f"key run {path} is shorter than its footer: it is damaged")
+    magic, count, page, names_bytes, chunk_count, _, checked = FOOTER.unpack(footer)
+    if magic != MAGIC:
+        raise IntegrityError(f"key run {path} does not end with a key run's footer: it is damaged")
+    if not 1 <= page <= 1 << 20:
+        raise IntegrityError(f"key run {path} claims pages of {page} entries: it is damaged")
+    fence_count = -(-count // page)
+    expected = count * ENTRY.itemsize + names_bytes + fence_count * 16 + FOOTER.size
+    if expected != file_bytes:
+        raise IntegrityError(
+            f"key run {path} is {file_bytes} bytes long, but its footer describes {expected}: it is damaged"
+        )
+    start = count * ENTRY.itemsize
+    rest = read(start, file_bytes - FOOTER.size)
+    if len(rest) != names_bytes + fence_count * 16:
+        raise IntegrityError(f"key run {path} was cut short: it is damaged")
+    if xxhash.xxh3_64_intdigest(rest) != checked:
+        raise IntegrityError(f"key run {path}'s chunk table or page table do not match their checksum: it is damaged")
+    names = rest[:names_bytes].decode("utf-8", errors="replace").split("\n") if names_bytes else []
+    if len(names) != chunk_count:
+        raise IntegrityError(f"key run {path} names {len(names)} chunks, its footer says {chunk_count}")
+    for name in names:
+        try:
+            layout.check_chunk(name)
+        except ValueError as exc:
+            raise IntegrityError(f"key run {path} names {name!r}, which is not a chunk of this store") from exc
+    fences = np.frombuffer(rest, dtype="<u8", offset=names_bytes, count=fence_count)
+    sums = np.frombuffer(rest, dtype="<u8", offset=names_bytes + 8 * fence_count, count=fence_count)
+    if fence_count > 1 and bool(np.any(fences[1:] < fences[:-1])):
+        raise IntegrityError(f"key run {path}'s fences are not sorted: it is damaged")
+    return Tail(count, page, tuple(names), fences, sums)
+
+
+def check_page(path: str, tail: Tail, page: int, data: bytes | memoryview) -> np.ndarray:
+    """The entries of page ``page`` of the run (``data``, its bytes just read), if they match the page's sum,
+    are sorted, sit inside their fences and name chunks of the table or say deleted.
+
+    Raises:
+        IntegrityError: they do not.
+    """
+    expected = min(tail.page, tail.entries - page * tail.page)
+    if len(data) != expected * ENTRY.itemsize or xxhash.xxh3_64_intdigest(data) != int(tail.sums[page]):
+        raise IntegrityError(f"key run {path} page {page} does not match its checksum: it is damaged")
+    entries = np.frombuffer(data, dtype=ENTRY)
+    hashes = entries["key_hash"]
+    if len(hashes) and (
+        hashes[0] != tail.fences[page]
+        or (len(hashes) > 1 and bool(np.any(hashes[1:] < hashes[:-1])))
+        or (page + 1 < len(tail.fences) and hashes[-1] > tail.fences[page + 1])
+    ):
+        raise IntegrityError(f"key run {path} page {page} is not sorted inside its fences: it is damaged")
+    chunks = entries["chunk"]
+    if bool(np.any((chunks >= len(tail.chunks)) & (chunks != DELETED))):
+        raise IntegrityError(f"key run {path} page {page} names a chunk outside its table: it is damaged")
+    return entries

@@ -1,0 +1,173 @@
+"""Reading a version's key index on disk: its key runs, newest first, a few pages at a time.
+
+A lookup reads, per run and process, the run's footer and its table of chunk names,
+page fences and page sums once (:class:`RunReader`), then only the pages that can
+hold the key (one page of 48 KiB, sometimes two): O(log N) bytes, never the
+manifest. Locally the run is memory-mapped and pages are slices of the mapping;
+elsewhere each page is one ranged read, cached in the process. Every page is checked
+against its sum before it is used (:func:`litstore.format.keyrun.check_page`).
+
+:class:`KeyRuns` answers for a version: for each key, the newest entry whose keyprint
+is the key's, in the newest run that has one. A live entry names the record's chunk,
+row and committed content hash, which the caller checks when it reads the record.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from litstore.errors import IntegrityError
+from litstore.format import keyrun
+from litstore.format.models import KeyRunRef
+from litstore.storage import MissingFileError, Storage
+
+#: What :meth:`KeyRuns.find_many` says of each key.
+ABSENT, LIVE, DELETED = 0, 1, 2
+#: Pages of a remote run kept in memory per run (48 MiB at most).
+_CACHED_PAGES = 1024
+
+
+class RunReader:
+    """One key run, opened lazily; its pages read as lookups need them."""
+
+    def __init__(self, storage: Storage, ref: KeyRunRef) -> None:
+        self._storage = storage
+        self._ref = ref
+        self._tail: keyrun.Tail | None = None
+        self._mapped: memoryview | None = None
+        self._pages: dict[int, np.ndarray] = {}
+
+    @property
+    def ref(self) -> KeyRunRef:
+        return self._ref
+
+    def tail(self) -> keyrun.Tail:
+        """The run's counts, chunk names, fences and page sums (read and checked once)."""
+        if self._tail is None:
+            path, size = self._ref.path, self._ref.size
+            try:
+                mapped = self._storage.mapped(path)
+                footer_only = (
+                    None if mapped is not None else self._storage.read_range(path, size - keyrun.footer_size(), size)
+                )
+            except MissingFileError as exc:
+                raise IntegrityError(f"key run {path}, which the commit record lists, is missing") from exc
+            if mapped is not None:
+                view = memoryview(mapped)
+                if len(view) != size:
+                    raise IntegrityError(f"key run {path} is {len(view)} bytes, its commit record says {size}")
+                self._mapped = view
+                footer = bytes(view[size - keyrun.footer_size() :])
+                tail = keyrun.parse_tail(path, size, footer, lambda start, end: bytes(view[start:end]))
+            else:
+                assert footer_only is not None
+                tail = keyrun.parse_tail(
+                    path, size, footer_only, lambda start, end: self._storage.read_range(path, start, end)
+                )
+            if tail.entries != self._ref.entries:
+                raise IntegrityError(
+                    f"key run {path} holds {tail.entries} entries, its commit record says {self._ref.entries}"
+                )
+            self._tail = tail
+        return self._tail
+
+    def page(self, number: int) -> np.ndarray:
+        """The checked entries of page ``number``."""
+        cached = self._pages.get(number)
+        if cached is not None:
+            return cached
+        tail = self.tail()
+        start = number * tail.page * keyrun.ENTRY.itemsize
+        end = min(start + tail.page * keyrun.ENTRY.itemsize, tail.entries_bytes)
+        if self._mapped is not None:
+            data: bytes | memoryview = self._mapped[start:end]
+        else:
+            data = self._storage.read_range(self._ref.path, start, end)
+        entries = keyrun.check_page(self._ref.path, tail, number, data)
+        if self._mapped is None and len(self._pages) >= _CACHED_PAGES:
+            self._pages.pop(next(iter(self._pages)))
+        self._pages[number] = entries
+        return entries
+
+    def everything(self) -> tuple[np.ndarray, list[str]]:
+        """Every entry (checked page by page, copied) and the chunk names: what a merge reads."""
+        tail = self.tail()
+        pages = [self.page(number) for number in range(len(tail.fences))]
+        entries = np.concatenate(pages) if pages else np.empty(0, dtype=keyrun.ENTRY)
+        self._pages.clear()
+        return entries.copy(), list(tail.chunks)
+
+    def find_many(self, hashes: np.ndarray, prints: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """For each key (its hash and keyprint), whether this run has an entry for it, and where: a status
+        (:data:`ABSENT`, :data:`LIVE`, :data:`DELETED`) and the entry's chunk id and row, and the entries."""
+        tail = self.tail()
+        count = len(hashes)
+        status = np.zeros(count, dtype=np.uint8)
+        found = np.zeros(count, dtype=keyrun.ENTRY)
+        if not tail.entries or not count:
+            return status, found, np.empty(0)
+        first = np.maximum(np.searchsorted(tail.fences, hashes, "left") - 1, 0)
+        last = np.searchsorted(tail.fences, hashes, "right") - 1
+        inside = last >= 0
+        groups: dict[tuple[int, int], list[int]] = {}
+        for position in np.flatnonzero(inside).tolist():
+            groups.setdefault((int(first[position]), int(last[position])), []).append(position)
+        for (low, high), members in groups.items():
+            entries = self.page(low) if low == high else np.concatenate([self.page(p) for p in range(low, high + 1)])
+            where = np.array(members, dtype=np.intp)
+            wanted, wanted_prints = hashes[where], prints[where]
+            at = np.searchsorted(entries["key_hash"], wanted, "left")
+            open_ = np.ones(len(where), dtype=bool)
+            while open_.any():
+                valid = open_ & (at < len(entries))
+                valid[valid] &= entries["key_hash"][at[valid]] == wanted[valid]
+                if not valid.any():
+                    break
+                match = np.zeros(len(where), dtype=bool)
+                match[valid] = entries["keyprint"][at[valid]] == wanted_prints[valid]
+                hits = np.flatnonzero(match)
+                if len(hits):
+                    chosen = entries[at[hits]]
+                    found[where[hits]] = chosen
+                    status[where[hits]] = np.where(chosen["chunk"] == keyrun.DELETED, DELETED, LIVE)
+                open_ = valid & ~match
+                at = at + 1
+        return status, found, np.empty(0)
+
+
+class KeyRuns:
+    """A version's key index on disk: its runs, newest first (see the module docstring)."""
+
+    def __init__(self, storage: Storage, refs: Sequence[KeyRunRef], cache: dict[str, RunReader] | None = None) -> None:
+        cache = {} if cache is None else cache
+        self._runs = []
+        for ref in refs:
+            reader = cache.get(ref.path)
+            if reader is None or reader.ref != ref:
+                reader = cache[ref.path] = RunReader(storage, ref)
+            self._runs.append(reader)
+
+    def find_many(self, hashes: np.ndarray, prints: np.ndarray) -> tuple[np.ndarray, list[str], np.ndarray]:
+        """For each key: :data:`LIVE`, :data:`DELETED` or :data:`ABSENT`, the chunk names of its run's table
+        (``names[i]`` for key ``i``, ``""`` if not live) and its entry (chunk id into nothing; use the names)."""
+        count = len(hashes)
+        status = np.zeros(count, dtype=np.uint8)
+        entries = np.zeros(count, dtype=keyrun.ENTRY)
+        names = [""] * count
+        open_ = np.arange(count)
+        for run in self._runs:
+            if not len(open_):
+                break
+            run_status, run_entries, _ = run.find_many(hashes[open_], prints[open_])
+            decided = run_status != ABSENT
+            positions = open_[decided]
+            status[positions] = run_status[decided]
+            entries[positions] = run_entries[decided]
+            chunks = run.tail().chunks
+            for position, entry in zip(positions.tolist(), run_entries[decided].tolist(), strict=True):
+                if entry[1] != keyrun.DELETED:
+                    names[position] = chunks[entry[1]]
+            open_ = open_[~decided]
+        return status, names, entries

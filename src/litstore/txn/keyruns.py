@@ -1,0 +1,121 @@
+"""Writing a version's key index on disk: one key run per commit, merged as runs pile up.
+
+Each commit of a format-3 store writes a run (:mod:`litstore.format.keyrun`) of what it
+changed: an entry at its new place for every record it adds, replaces or moves, and
+a deleted entry for every key it removes. The version's runs are that run followed
+by its parent's, so a lookup that reads them newest first finds every live key at
+its current place.
+
+**Merging (an LSM, tiered).** After a commit's run is made, while the next older run
+holds at most twice as many entries as the newer runs put together, the two are
+merged into one: the newest entry of each key is kept, and a deleted entry is dropped
+when the merge reaches the oldest run. So a version has O(log N) runs and an entry
+is rewritten O(log N) times over its life. A commit merges runs of at most
+:data:`MERGE_LIMIT` entries; larger ones are merged by compaction (``Store.compact``
+writes one run of the whole version).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pyarrow as pa
+
+from litstore.format import hashing, keyrun, layout
+from litstore.format import manifest as manifest_format
+from litstore.format.models import KeyRunRef
+from litstore.read.keyruns import RunReader
+from litstore.storage import Storage
+
+#: A commit merges runs only while the result stays below this many entries (~48 MB).
+MERGE_LIMIT = 1 << 20
+
+
+def entries_of(rows: pa.Table, deleted_keys: Sequence[object], key_type: str) -> tuple[np.ndarray, list[str]]:
+    """The run entries (sorted by key hash) of manifest ``rows`` (located live records) and of ``deleted_keys``."""
+    names, ids = manifest_format.chunk_codes(rows.column("chunk")) if rows.num_rows else ([], np.empty(0, np.int32))
+    live = np.empty(rows.num_rows, dtype=keyrun.ENTRY)
+    if rows.num_rows:
+        live["key_hash"] = hashing.key_hash_array(rows.column("key"))
+        live["chunk"] = ids
+        live["row"] = rows.column("row").to_numpy()
+        contents = rows.column("content_hash").combine_chunks()
+        live["content"] = np.frombuffer(
+            contents.buffers()[1], dtype="V16", count=len(contents), offset=16 * contents.offset
+        )
+        live["keyprint"] = np.frombuffer(hashing.keyprint_array(rows.column("key")), dtype="V16")
+    gone = np.zeros(len(deleted_keys), dtype=keyrun.ENTRY)
+    if len(deleted_keys):
+        column = pa.array(list(deleted_keys), manifest_format.schema(key_type).field("key").type)
+        gone["key_hash"] = hashing.key_hash_array(column)
+        gone["chunk"] = keyrun.DELETED
+        gone["keyprint"] = np.frombuffer(hashing.keyprint_array(column), dtype="V16")
+    entries = np.concatenate([live, gone])
+    order = np.argsort(entries["key_hash"], kind="stable")
+    return entries[order], list(names)
+
+
+def merged(
+    newer: tuple[np.ndarray, list[str]], older: tuple[np.ndarray, list[str]], oldest: bool
+) -> tuple[np.ndarray, list[str]]:
+    """One run of two: the newest entry of each key (``newer``'s over ``older``'s); deleted entries dropped if
+    ``older`` is the oldest run (nothing older is left for them to hide)."""
+    (new_entries, new_names), (old_entries, old_names) = newer, older
+    names = list(dict.fromkeys(new_names + old_names))
+    place = {name: number for number, name in enumerate(names)}
+
+    def renumbered(entries: np.ndarray, own: list[str]) -> np.ndarray:
+        entries = entries.copy()
+        live = entries["chunk"] != keyrun.DELETED
+        mapping = np.array([place[name] for name in own], dtype=np.uint32)
+        if len(mapping):
+            entries["chunk"][live] = mapping[entries["chunk"][live]]
+        return entries
+
+    both = np.concatenate([renumbered(new_entries, new_names), renumbered(old_entries, old_names)])
+    age = np.concatenate([np.zeros(len(new_entries), np.uint8), np.ones(len(old_entries), np.uint8)])
+    prints = np.ascontiguousarray(both["keyprint"]).view(np.uint64).reshape(-1, 2)
+    order = np.lexsort((age, prints[:, 1], prints[:, 0], both["key_hash"]))
+    both, prints = both[order], prints[order]
+    first = np.ones(len(both), dtype=bool)
+    if len(both) > 1:
+        same = (both["key_hash"][1:] == both["key_hash"][:-1]) & np.all(prints[1:] == prints[:-1], axis=1)
+        first[1:] = ~same
+    kept = both[first]
+    if oldest:
+        kept = kept[kept["chunk"] != keyrun.DELETED]
+    used = np.unique(kept["chunk"][kept["chunk"] != keyrun.DELETED])
+    if len(used) < len(names):  # chunks no entry names any more leave the table
+        mapping = np.full(len(names), keyrun.DELETED, dtype=np.uint32)
+        mapping[used] = np.arange(len(used), dtype=np.uint32)
+        live = kept["chunk"] != keyrun.DELETED
+        kept["chunk"][live] = mapping[kept["chunk"][live]]
+        names = [names[i] for i in used.tolist()]
+    return kept, names
+
+
+def write_runs(
+    storage: Storage,
+    number: int,
+    transaction: str,
+    run: tuple[np.ndarray, list[str]],
+    parent_runs: tuple[KeyRunRef, ...],
+) -> tuple[tuple[KeyRunRef, ...], list[str]]:
+    """Write version ``number``'s run (``run`` merged with the newest of ``parent_runs`` as the tiers say);
+    the version's runs, newest first, and the files written. Nothing is written if ``run`` is empty: the
+    parent's runs serve."""
+    entries, names = run
+    if not len(entries):
+        return parent_runs, []
+    rest = list(parent_runs)
+    while rest and rest[0].entries <= 2 * len(entries) and rest[0].entries + len(entries) <= MERGE_LIMIT:
+        older = rest.pop(0)
+        reader = RunReader(storage, older)
+        entries, names = merged((entries, names), reader.everything(), oldest=not rest)
+    if not len(entries):
+        return tuple(rest), []
+    path = layout.key_run(number, transaction)
+    data = keyrun.encode(entries, names)
+    storage.write(path, data)
+    return (KeyRunRef(path=path, entries=len(entries), size=len(data)), *rest), [path]

@@ -1,0 +1,219 @@
+"""The key index on disk (format 3): lookups through key runs agree with the manifest, read a few pages,
+and a damaged or lying run is an IntegrityError, never another record."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import litstore
+from litstore.format import hashing, keyrun, layout
+from litstore.read.version import VersionReader
+from litstore.storage import Storage
+
+Record = dict[str, Any]
+
+
+def _record(key: str, rev: int) -> Record:
+    return {"id": key, "rev": rev, "text": f"{key}/{rev} " * 3}
+
+
+KEYS = [f"k{i:03d}" for i in range(60)]
+operation = st.one_of(
+    st.tuples(st.just("append"), st.lists(st.sampled_from(KEYS), min_size=1, max_size=12, unique=True)),
+    st.tuples(st.just("upsert"), st.lists(st.sampled_from(KEYS), min_size=1, max_size=12, unique=True)),
+    st.tuples(st.just("delete"), st.lists(st.sampled_from(KEYS), min_size=1, max_size=8, unique=True)),
+    st.tuples(st.just("compact"), st.just([])),
+    st.tuples(st.just("gc"), st.just([])),
+)
+
+
+def _manifest_reader(reader: VersionReader) -> VersionReader:
+    """The same version read through the key index built from its manifest (what format 2 does)."""
+    other = reader.successor(reader.version)
+    other.key_index()
+    return other
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(history=st.lists(operation, min_size=1, max_size=14), backend=st.sampled_from(["local", "memory"]))
+def test_lookups_through_key_runs_agree_with_the_manifest(
+    tmp_path: Path, history: list[tuple[str, list[str]]], backend: str
+) -> None:
+    root = str(tmp_path / uuid.uuid4().hex) if backend == "local" else f"memory://runs-{uuid.uuid4().hex}"
+    store = litstore.Store.create(root, key="id", chunk_bytes=2048, format_version=3)
+    model: dict[str, Record] = {}
+    for step, (kind, keys) in enumerate(history):
+        if kind == "append":
+            fresh = [key for key in keys if key not in model]
+            store.append([_record(key, step) for key in fresh])
+            model.update((key, _record(key, step)) for key in fresh)
+        elif kind == "upsert":
+            store.upsert([_record(key, step) for key in keys])
+            model.update((key, _record(key, step)) for key in keys)
+        elif kind == "delete":
+            store.delete(keys, missing_ok=True)
+            for key in keys:
+                model.pop(key, None)
+        elif kind == "compact":
+            store.compact()
+        else:
+            store.gc(keep_last=1)
+        reopened = litstore.open(root) if backend == "local" else store
+        reader = (
+            reopened.head().reader if backend == "local" else VersionReader(store.storage, store.config, store.version)
+        )
+        asked = [*KEYS, "absent", ""]
+        expected = [model.get(key) for key in asked]
+        assert reader.get_many(asked, default=None) == expected, (step, kind)
+        assert reader.built_manifest is None, "a lookup through key runs composes no manifest"
+        assert [reader.find(key) for key in asked] == expected
+        assert sorted(reader.existing_keys(asked)) == sorted(model)
+        assert _manifest_reader(reader).get_many(asked, default=None) == expected
+
+
+class _Counting:
+    """A storage that counts the bytes read from each file."""
+
+    def __init__(self, inner: Storage) -> None:
+        self._inner = inner
+        self.read_bytes: dict[str, int] = {}
+
+    def _count(self, path: str, data: Any) -> Any:
+        self.read_bytes[path] = self.read_bytes.get(path, 0) + len(data)
+        return data
+
+    def read(self, path: str) -> bytes:
+        return self._count(path, self._inner.read(path))  # type: ignore[no-any-return]
+
+    def read_range(self, path: str, start: int, end: int) -> bytes:
+        return self._count(path, self._inner.read_range(path, start, end))  # type: ignore[no-any-return]
+
+    def mapped(self, path: str) -> None:
+        return None  # read as an object store would: by ranges
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+def test_a_fresh_lookup_reads_pages_of_the_index_not_the_manifest(tmp_path: Path) -> None:
+    store = litstore.Store.create(tmp_path / "s", key="id", chunk_bytes=1 << 20, format_version=3)
+    for part in range(4):
+        store.append([_record(f"r{part}-{i:05d}", 0) for i in range(5000)])
+    head = litstore.open(tmp_path / "s").head()
+    counting = _Counting(head.storage)
+    reader = VersionReader(counting, head.config, head.version)  # type: ignore[arg-type]
+    assert reader.find("r2-01234") == _record("r2-01234", 0)
+    manifests = [path for path in counting.read_bytes if path.endswith(".parquet")]
+    assert manifests == [], "no manifest file is read"
+    index_bytes = sum(size for path, size in counting.read_bytes.items() if path.endswith(".keys"))
+    total_index = sum(run.size for run in head.version.key_runs)
+    assert index_bytes <= 3 * keyrun.PAGE * keyrun.ENTRY.itemsize * len(head.version.key_runs)
+    assert index_bytes < total_index / 4, (index_bytes, total_index)
+
+
+@pytest.fixture
+def damaged_store(tmp_path: Path) -> litstore.Store:
+    store = litstore.Store.create(tmp_path / "s", key="id", chunk_bytes=4096, format_version=3)
+    store.append([_record(f"k{i:04d}", 0) for i in range(3000)])
+    return store
+
+
+def _run_path(store: litstore.Store) -> Path:
+    return Path(store.root) / store.version.key_runs[0].path
+
+
+def test_a_flipped_byte_in_a_page_is_an_integrity_error(damaged_store: litstore.Store) -> None:
+    path = _run_path(damaged_store)
+    data = bytearray(path.read_bytes())
+    data[1000] ^= 0x40
+    path.write_bytes(bytes(data))
+    with pytest.raises(litstore.IntegrityError, match="checksum"):
+        litstore.open(damaged_store.root).get_many([f"k{i:04d}" for i in range(3000)])
+
+
+@pytest.mark.parametrize("cut", [1, 40, 5000])
+def test_a_truncated_run_is_an_integrity_error(damaged_store: litstore.Store, cut: int) -> None:
+    path = _run_path(damaged_store)
+    path.write_bytes(path.read_bytes()[:-cut])
+    with pytest.raises(litstore.IntegrityError, match="key run"):
+        litstore.open(damaged_store.root)["k0001"]
+
+
+def test_a_missing_run_is_an_integrity_error(damaged_store: litstore.Store) -> None:
+    _run_path(damaged_store).unlink()
+    with pytest.raises(litstore.IntegrityError, match="missing"):
+        litstore.open(damaged_store.root)["k0001"]
+
+
+def test_a_planted_entry_pointing_at_another_record_is_refused(damaged_store: litstore.Store) -> None:
+    """Rewrite the run consistently (sums and all) so key k0001's entry names k0002's record."""
+    path = _run_path(damaged_store)
+    ref = damaged_store.version.key_runs[0]
+    reader = damaged_store.head().reader.key_runs()._runs[0]
+    entries, names = reader.everything()
+    one = entries["keyprint"] == np.array(hashing.keyprint("k0001"), dtype="V16")
+    two = entries["keyprint"] == np.array(hashing.keyprint("k0002"), dtype="V16")
+    for field in ("chunk", "row", "content"):
+        entries[field][one] = entries[field][two]
+    data = keyrun.encode(entries, names)
+    path.write_bytes(data)
+    record = json.loads((Path(damaged_store.root) / layout.version_record(1)).read_text())
+    assert record["key_runs"][0]["size"] == ref.size == len(data)
+    reopened = litstore.open(damaged_store.root)
+    assert reopened["k0002"] == _record("k0002", 0)
+    with pytest.raises(litstore.IntegrityError, match="holds another record"):
+        reopened["k0001"]
+
+
+def test_a_footer_that_lies_about_its_count_is_refused(damaged_store: litstore.Store) -> None:
+    path = _run_path(damaged_store)
+    data = bytearray(path.read_bytes())
+    footer = keyrun.FOOTER.unpack(bytes(data[-keyrun.footer_size() :]))
+    data[-keyrun.footer_size() :] = keyrun.FOOTER.pack(footer[0], footer[1] + 1, *footer[2:])
+    path.write_bytes(bytes(data))
+    with pytest.raises(litstore.IntegrityError, match="footer describes"):
+        litstore.open(damaged_store.root)["k0001"]
+
+
+def test_a_format_2_store_reads_and_writes_without_key_runs(tmp_path: Path) -> None:
+    root = tmp_path / "s"
+    store = litstore.Store.create(root, key="id")
+    assert store.config.format_version == 2, "the default, for now"
+    store.append([_record(f"k{i}", 0) for i in range(20)])
+    store.delete(["k3"])
+    reopened = litstore.open(root)
+    assert reopened.version.key_runs == ()
+    assert not list((root / "manifests").glob("*.keys"))
+    assert reopened["k4"] == _record("k4", 0) and "k3" not in reopened
+    assert reopened.verify().ok
+
+
+def test_a_handle_on_a_version_gc_expired_is_told_to_refresh(tmp_path: Path) -> None:
+    root = str(tmp_path / "s")
+    stale = litstore.Store.create(root, key="id", chunk_bytes=1 << 20, format_version=3)
+    stale.append([_record("k", 0), _record("j", 0)])
+    other = litstore.open(root)
+    for rev in range(3):
+        other.upsert([_record("j", rev + 1)])
+    other.gc(keep_last=1)
+    with pytest.raises(litstore.VersionNotFoundError, match=r"Store\.refresh\(\)"):
+        stale["k"]
+    stale.refresh()
+    assert stale["k"] == _record("k", 0) and stale["j"] == _record("j", 3)
+
+
+def test_format_3_at_create_and_a_newer_one_refused(tmp_path: Path) -> None:
+    store = litstore.Store.create(tmp_path / "a", key="id", format_version=3)
+    assert litstore.open(tmp_path / "a").config.format_version == 3
+    store.append([_record("k", 0)])
+    assert len(store.version.key_runs) == 1
+    with pytest.raises(litstore.InvalidArgumentError, match="newer than this litstore reads"):
+        litstore.Store.create(tmp_path / "b", key="id", format_version=4)
