@@ -191,6 +191,8 @@ def test_a_format_2_store_reads_and_writes_without_key_runs(tmp_path: Path) -> N
     store.delete(["k3"])
     reopened = litstore.open(root)
     assert reopened.version.key_runs == ()
+    for record in (root / "versions").glob("*.json"):
+        assert "key_runs" not in json.loads(record.read_text()), "litstore before key runs reads the record"
     assert not list((root / "manifests").glob("*.keys"))
     assert reopened["k4"] == _record("k4", 0) and "k3" not in reopened
     assert reopened.verify().ok

@@ -17,7 +17,17 @@ from typing import Annotated, Any, Literal
 
 import numpy as np
 import pydantic
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, TypeAdapter, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    SerializerFunctionWrapHandler,
+    TypeAdapter,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
 from litstore.errors import InvalidArgumentError
 from litstore.format import fields as field_format
@@ -292,6 +302,14 @@ class Version(_Frozen):
     fields: dict[str, str] | None = None
     #: The runs of the version's key index on disk, newest first (format 3; empty before).
     key_runs: tuple[KeyRunRef, ...] = ()
+
+    @model_serializer(mode="wrap")
+    def _without_empty_key_runs(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # A record of a format-2 store leaves the field out, so litstore releases before key runs read it.
+        data: dict[str, Any] = handler(self)
+        if not data.get("key_runs"):
+            data.pop("key_runs", None)
+        return data
 
     @field_validator("message", mode="before")
     @classmethod
