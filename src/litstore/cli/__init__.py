@@ -506,6 +506,14 @@ def gc(
     older_than: Annotated[str | None, typer.Option(help="Expire versions older than this (7d, 12h, ISO time).")] = None,
     grace: Annotated[str | None, typer.Option(help="Never remove unreferenced files younger than this (1h).")] = None,
     yes: Annotated[bool, typer.Option("--yes", help="Really remove; without it, only show what would go.")] = False,
+    break_leases: Annotated[
+        bool,
+        typer.Option(
+            "--break-leases",
+            help="Also remove staged fragments whose lease still holds (debris of killed writers, at once); "
+            "a commit of one then fails with StagedFragmentExpiredError.",
+        ),
+    ] = False,
     progress: ProgressOpt = True,
     endpoint_url: EndpointOpt = None,
     storage_option: StorageOpts = None,
@@ -521,6 +529,7 @@ def gc(
         None if older_than is None else parse_age(older_than, "--older-than"),
         dry_run=not yes,
         grace=window,
+        break_leases=break_leases,
         progress=progress,
     )
     if as_json:
