@@ -396,6 +396,11 @@ class Snapshot:
     def at(self, version: VersionRef) -> Snapshot:
         """A read-only view of ``version``: a number, a tag name, a ``Version``, or a time (the version current then).
 
+        A time picks the newest version whose recorded time is at or before it. Recorded
+        times are the writers' clocks, never earlier than the parent's (so they only grow
+        along the version chain); a writer whose clock is ``s`` slow can make a time
+        pick a version committed up to ``s`` after it.
+
         Raises:
             VersionNotFoundError: no such version or tag.
             InvalidArgumentError: ``version`` is not a version number, tag name, ``Version`` or time.
