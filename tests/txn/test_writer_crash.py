@@ -262,7 +262,10 @@ def _kill_points(base: Path, scratch: Path) -> list[KillPoint]:
             assert "delete" in names[lost:] and names.count("put_if_absent") == 2, names
             variants = [(index, "before") for index, _ in steps[lost - 1 :]] + [(len(calls), "after")]
         else:
-            variants = [(index, when) for index, _ in steps for when in ("before", "after")]
+            # Every step up to the commit record, before and after; of the lease releases after it,
+            # the last only (the version is complete from the record on: each is the same case).
+            variants = [(index, when) for index, _ in steps[:commit_at] for when in ("before", "after")]
+            variants += [(len(calls), "after")] if len(calls) > commit_at else []
         for index, when in variants:
             commits = index > commit_at or (index == commit_at and when == "after")
             points.append(KillPoint(operation, "storage", index, when, commits, " ".join(calls[index - 1])))

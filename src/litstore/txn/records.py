@@ -23,7 +23,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pydantic
-from tqdm.auto import tqdm
 
 from litstore.errors import (
     SHOWN_CULPRITS,
@@ -40,6 +39,7 @@ from litstore.errors import (
 from litstore.format import codec, columnar, hashing
 from litstore.format import fields as field_format
 from litstore.format.models import FieldSplit, HashSplit, StoreConfig
+from litstore.txn.progress import bar as progress_bar
 
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 
@@ -200,7 +200,7 @@ def prepare_runs(
     if table is None:
         _check_batch(records)
     builder = _RunBuilder(config, model, run_bytes, declared)
-    bar = tqdm(total=table.num_rows if table is not None else None, desc="encoding", unit="rec", disable=not progress)
+    bar = progress_bar(progress, total=table.num_rows if table is not None else None, desc="encoding", unit="rec")
     with bar:
         blocks = _table_blocks(table, run_bytes) if table is not None else _record_blocks(records, builder)
         for position, block in blocks:

@@ -25,7 +25,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
-from tqdm.auto import tqdm
 
 from litstore import query
 from litstore._litdata import chunk as chunk_layout
@@ -38,6 +37,7 @@ from litstore.format.models import StoreConfig
 from litstore.read.memory import release_freed
 from litstore.storage import Storage
 from litstore.txn import leases
+from litstore.txn.progress import bar as progress_bar
 from litstore.txn.records import Batch
 
 
@@ -134,7 +134,7 @@ def write_fragment(
     numbers = itertools.count()
     writers: dict[str, ChunkWriter] = {}
     written: list[pa.Table] = []  # rows in the order they entered each split's chunk stream
-    bar = tqdm(desc=description, unit="rec", disable=not progress)
+    bar = progress_bar(progress, desc=description, unit="rec")
     try:
         leases.take(storage, transaction, transaction, lease)
         with storage.staging(prefix) as directory:
