@@ -219,3 +219,17 @@ def test_format_3_at_create_and_a_newer_one_refused(tmp_path: Path) -> None:
     assert len(store.version.key_runs) == 1
     with pytest.raises(litstore.InvalidArgumentError, match="newer than this litstore reads"):
         litstore.Store.create(tmp_path / "b", key="id", format_version=4)
+
+
+def test_a_record_claiming_a_run_shorter_than_a_footer_is_refused(damaged_store: litstore.Store) -> None:
+    """The size comes from the commit record: a ranged read of the footer would start before the file."""
+    path = Path(damaged_store.root) / layout.version_record(1)
+    record = json.loads(path.read_text())
+    record["key_runs"][0]["size"] = 10
+    path.write_text(json.dumps(record))
+    head = litstore.open(damaged_store.root).head()
+    ranged = VersionReader(_Counting(head.storage), head.config, head.version)  # type: ignore[arg-type]
+    with pytest.raises(litstore.IntegrityError, match="shorter than a footer"):
+        ranged.find("k0001")
+    with pytest.raises(litstore.IntegrityError, match="key run"):
+        head.reader.find("k0001")

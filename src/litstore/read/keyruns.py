@@ -47,6 +47,8 @@ class RunReader:
         """The run's counts, chunk names, fences and page sums (read and checked once)."""
         if self._tail is None:
             path, size = self._ref.path, self._ref.size
+            if size < keyrun.footer_size():  # (the commit record's number: a ranged read must not start before 0)
+                raise IntegrityError(f"key run {path} is {size} bytes by its commit record, shorter than a footer")
             try:
                 mapped = self._storage.mapped(path)
                 footer_only = (
@@ -99,15 +101,15 @@ class RunReader:
         self._pages.clear()
         return entries.copy(), list(tail.chunks)
 
-    def find_many(self, hashes: np.ndarray, prints: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """For each key (its hash and keyprint), whether this run has an entry for it, and where: a status
-        (:data:`ABSENT`, :data:`LIVE`, :data:`DELETED`) and the entry's chunk id and row, and the entries."""
+    def find_many(self, hashes: np.ndarray, prints: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """For each key (its hash and keyprint), whether this run has an entry for it and which: a status
+        (:data:`ABSENT`, :data:`LIVE`, :data:`DELETED`) and the entry (zeros where absent)."""
         tail = self.tail()
         count = len(hashes)
         status = np.zeros(count, dtype=np.uint8)
         found = np.zeros(count, dtype=keyrun.ENTRY)
         if not tail.entries or not count:
-            return status, found, np.empty(0)
+            return status, found
         first = np.maximum(np.searchsorted(tail.fences, hashes, "left") - 1, 0)
         last = np.searchsorted(tail.fences, hashes, "right") - 1
         inside = last >= 0
@@ -134,7 +136,7 @@ class RunReader:
                     status[where[hits]] = np.where(chosen["chunk"] == keyrun.DELETED, DELETED, LIVE)
                 open_ = valid & ~match
                 at = at + 1
-        return status, found, np.empty(0)
+        return status, found
 
 
 class KeyRuns:
@@ -150,8 +152,9 @@ class KeyRuns:
             self._runs.append(reader)
 
     def find_many(self, hashes: np.ndarray, prints: np.ndarray) -> tuple[np.ndarray, list[str], np.ndarray]:
-        """For each key: :data:`LIVE`, :data:`DELETED` or :data:`ABSENT`, the chunk names of its run's table
-        (``names[i]`` for key ``i``, ``""`` if not live) and its entry (chunk id into nothing; use the names)."""
+        """For each key: :data:`LIVE`, :data:`DELETED` or :data:`ABSENT`, the name of the chunk its entry
+        names (``""`` if not live), and the entry itself (its ``chunk`` id is into its own run's table: use
+        the names)."""
         count = len(hashes)
         status = np.zeros(count, dtype=np.uint8)
         entries = np.zeros(count, dtype=keyrun.ENTRY)
@@ -160,7 +163,7 @@ class KeyRuns:
         for run in self._runs:
             if not len(open_):
                 break
-            run_status, run_entries, _ = run.find_many(hashes[open_], prints[open_])
+            run_status, run_entries = run.find_many(hashes[open_], prints[open_])
             decided = run_status != ABSENT
             positions = open_[decided]
             status[positions] = run_status[decided]

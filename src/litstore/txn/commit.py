@@ -141,9 +141,8 @@ def commit(
                     current, moves = _relocate(head, current, progress)
                 time.sleep(race.pause(attempt))
                 continue
-            leases.release(head.storage, [fragment.transaction for fragment in fragments if fragment.chunks])
-            if moves is not None:
-                leases.release(head.storage, [moves.transaction])
+            leased = [fragment.transaction for fragment in fragments if fragment.chunks]
+            leases.release(head.storage, leased + ([moves.transaction] if moves is not None else []), owner)
             return head.successor(version, chunks, _next_index(head, current), composed)
     except BaseException as exc:
         if moves is not None and not isinstance(exc, UncertainCommitError):  # a record may list the moves

@@ -19,8 +19,8 @@ and a routine ``gc()`` from publishing a version whose chunks are gone:
 Every chunk a commit publishes must exist with the size its fragment recorded: one
 listing per fragment, so a fragment of another store, or one gc removed, is refused
 before any version names it. After the commit record is created the version keeps
-the fragment, and the commit removes the leases (a lease that outlives its commit
-would only delay removing chunks later versions drop).
+the fragment, and the commit removes its own lease and the stager's, by name (a
+lease that outlives its commit would only delay removing chunks later versions drop).
 """
 
 from __future__ import annotations
@@ -53,15 +53,15 @@ def take(storage: Storage, fragment: str, holder: str, seconds: float) -> None:
     storage.write(layout.lease(fragment, holder), lease.model_dump_json().encode())
 
 
-def release(storage: Storage, fragments: Iterable[str]) -> None:
-    """Remove every lease on ``fragments`` (committed now: their versions keep them). Best effort."""
+def release(storage: Storage, fragments: Iterable[str], holder: str) -> None:
+    """Remove the stager's lease and ``holder``'s on each of ``fragments`` (committed now: their versions keep
+    them); by name, no listing. Another writer's lease on the same fragment stays until it runs out. Best effort."""
     for fragment in fragments:
-        try:
-            for found in storage.walk(layout.fragment(fragment)):
-                if layout.is_lease(found.path.rsplit("/", 1)[-1]):
-                    storage.delete(found.path)
-        except StorageError:
-            pass  # a lease left behind runs out by itself; the commit happened
+        for lease_holder in dict.fromkeys((fragment, holder)):
+            try:
+                storage.delete(layout.lease(fragment, lease_holder))
+            except StorageError:
+                pass  # a lease left behind runs out by itself; the commit happened
 
 
 def check_present(storage: Storage, fragment: str, chunks: Sequence[tuple[str, int]]) -> None:
