@@ -23,10 +23,11 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from litstore.errors import InvalidArgumentError
+from litstore.errors import SHOWN_CULPRITS, InvalidArgumentError, SchemaError
+from litstore.format import fields as field_format
 from litstore.format import hashing
-from litstore.format.models import Operation, check_message, check_metadata
-from litstore.txn import fields as fields_module
+from litstore.format import manifest as manifest_format
+from litstore.format.models import Operation, check_message, check_metadata, declared_fields
 from litstore.txn.plan import Mode, Plan, plan
 from litstore.txn.stage import StagedFragment
 
@@ -143,8 +144,56 @@ class FieldAddition:
         object.__setattr__(self, "fields", dict(self.fields))
 
     def plan(self, parent: VersionReader) -> pa.Table:
-        """The manifest of the version: ``parent``'s with the new fields' columns."""
-        return fields_module.manifest_with(parent, dict(self.fields))
+        """The manifest of the version: ``parent``'s with a column for each new field, read from every record.
+
+        Raises:
+            SchemaError: some records lack a valid value of a new field (the error names them).
+        """
+        return _manifest_with(parent, dict(self.fields))
+
+
+def _manifest_with(head: VersionReader, new: dict[str, str]) -> pa.Table:
+    """``head``'s manifest with a column for each of the ``new`` fields (see :meth:`FieldAddition.plan`)."""
+    full = head.manifest()
+    for name, values in _values(head, new).items():
+        full = full.append_column(name, values)
+    return full.cast(
+        manifest_format.schema(head.config.key_type, {**declared_fields(head.config, head.version), **new})
+    )
+
+
+def _values(head: VersionReader, new: dict[str, str]) -> dict[str, pa.Array]:
+    """Each new field's value of every record of ``head``, in manifest order."""
+    found: dict[Any, list[Any]] = {}
+    problems: list[tuple[Any, str]] = []
+    for key, record in head.items():
+        row = []
+        for name, type_name in new.items():
+            value, reason = field_format.check_value(record.get(name), type_name)
+            if reason is not None:
+                if name not in record and not type_name.endswith("?"):
+                    reason = "missing, and the field is not Optional"
+                problems.append((key, f"declared field {name!r}: {reason}"))
+                break
+            row.append(value)
+        else:
+            found[key] = row
+    keys = head.manifest().column("key").to_pylist()
+    if problems:
+        position = {key: number for number, key in enumerate(keys)}
+        shown = "; ".join(f"key {key!r}: {detail}" for key, detail in problems[:SHOWN_CULPRITS])
+        more = f"; and {len(problems) - SHOWN_CULPRITS} more" if len(problems) > SHOWN_CULPRITS else ""
+        noun = "record" if len(problems) == 1 else "records"
+        raise SchemaError(
+            f"cannot add fields {list(new)}: {len(problems)} {noun} of version {head.version.number} do not fit: "
+            f"{shown}{more}; nothing was committed",
+            [(position.get(key, -1), key) for key, _ in problems],
+        )
+    rows = [found[key] for key in keys]
+    return {
+        name: pa.array([row[column] for row in rows], field_format.arrow_type(type_name))
+        for column, (name, type_name) in enumerate(new.items())
+    }
 
 
 #: Every change a commit publishes.

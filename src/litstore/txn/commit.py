@@ -93,7 +93,7 @@ def commit(
     """
     message, metadata = check_message(message), check_metadata(metadata)
     if isinstance(change, FieldAddition):
-        return fields.commit_fields(parent, dict(change.fields), message, metadata)
+        return fields.commit_fields(parent, change, message, metadata)
     if not isinstance(change, (Write, Delete, Compaction)):
         raise InvalidArgumentError(
             f"commit takes a change (txn.Write, txn.Delete, txn.Compaction, txn.FieldAddition), got {change!r}"

@@ -1,8 +1,8 @@
 """Declaring more fields on a store: a version whose manifest gains typed columns.
 
 :func:`commit_fields` (what ``txn.commit`` does with a
-:class:`~litstore.txn.change.FieldAddition`) reads each new field's value from every record of the head and
-commits a version with the same records, chunks, counts and fingerprint, whose
+:class:`~litstore.txn.change.FieldAddition`, which reads each new field's value from every
+record of the head when it plans) commits a version with the same records, chunks, counts and fingerprint, whose
 manifest (written whole, as a checkpoint, so no older delta is ever read with the
 new columns) carries the new columns and whose commit record lists the full
 declared set. Older versions keep the fields they had.
@@ -14,11 +14,12 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from litstore.errors import SHOWN_CULPRITS, ConflictError, InvalidArgumentError, SchemaError
+from litstore.errors import ConflictError, InvalidArgumentError
 from litstore.format import fields as field_format
 from litstore.format import layout
 from litstore.format import manifest as manifest_format
 from litstore.format.models import Version, declared_fields
+from litstore.txn.change import FieldAddition
 from litstore.txn.race import catch_up, commit_time, put_commit_record
 
 if TYPE_CHECKING:
@@ -28,9 +29,9 @@ _MAX_ATTEMPTS = 20
 
 
 def commit_fields(
-    head: VersionReader, new: dict[str, str], message: str | None = None, metadata: dict[str, Any] | None = None
+    head: VersionReader, addition: FieldAddition, message: str | None = None, metadata: dict[str, Any] | None = None
 ) -> VersionReader:
-    """Commit a version of ``head``'s records whose manifest also carries the ``new`` declared fields.
+    """Commit a version of ``head``'s records whose manifest also carries the fields ``addition`` declares.
 
     Raises:
         InvalidArgumentError: a field is declared already.
@@ -38,6 +39,7 @@ def commit_fields(
             them); nothing was committed.
         ConflictError: other writers kept committing first.
     """
+    new = dict(addition.fields)
     for _ in range(_MAX_ATTEMPTS):
         declared = declared_fields(head.config, head.version)
         again = field_format.already_declared(new, declared)
@@ -45,7 +47,7 @@ def commit_fields(
             shown = {name: declared[name] for name in declared if name.lower() in {n.lower() for n in again}}
             raise InvalidArgumentError(f"fields {again} are declared already, ignoring case (as {shown})")
         every = {**declared, **new}
-        version, written = _write(head, manifest_with(head, new), every, message, metadata)
+        version, written = _write(head, addition.plan(head), every, message, metadata)
         # UncertainCommitError propagates with the files kept: the record may name them.
         if put_commit_record(head, version):
             return head.successor(version, head.chunks(), head.built_index)
@@ -53,54 +55,6 @@ def commit_fields(
             head.storage.delete(path)
         head = catch_up(head)[0]
     raise ConflictError(f"gave up after {_MAX_ATTEMPTS} attempts to add fields; nothing was committed")
-
-
-def manifest_with(head: VersionReader, new: dict[str, str]) -> pa.Table:
-    """``head``'s manifest with a column for each of the ``new`` fields, read from every record.
-
-    Raises:
-        SchemaError: some records lack a valid value of a new field (the error names them).
-    """
-    full = head.manifest()
-    for name, values in _values(head, new).items():
-        full = full.append_column(name, values)
-    return full.cast(
-        manifest_format.schema(head.config.key_type, {**declared_fields(head.config, head.version), **new})
-    )
-
-
-def _values(head: VersionReader, new: dict[str, str]) -> dict[str, pa.Array]:
-    """Each new field's value of every record of ``head``, in manifest order."""
-    found: dict[Any, list[Any]] = {}
-    problems: list[tuple[Any, str]] = []
-    for key, record in head.items():
-        row = []
-        for name, type_name in new.items():
-            value, reason = field_format.check_value(record.get(name), type_name)
-            if reason is not None:
-                if name not in record and not type_name.endswith("?"):
-                    reason = "missing, and the field is not Optional"
-                problems.append((key, f"declared field {name!r}: {reason}"))
-                break
-            row.append(value)
-        else:
-            found[key] = row
-    keys = head.manifest().column("key").to_pylist()
-    if problems:
-        position = {key: number for number, key in enumerate(keys)}
-        shown = "; ".join(f"key {key!r}: {detail}" for key, detail in problems[:SHOWN_CULPRITS])
-        more = f"; and {len(problems) - SHOWN_CULPRITS} more" if len(problems) > SHOWN_CULPRITS else ""
-        noun = "record" if len(problems) == 1 else "records"
-        raise SchemaError(
-            f"cannot add fields {list(new)}: {len(problems)} {noun} of version {head.version.number} do not fit: "
-            f"{shown}{more}; nothing was committed",
-            [(position.get(key, -1), key) for key, _ in problems],
-        )
-    rows = [found[key] for key in keys]
-    return {
-        name: pa.array([row[column] for row in rows], field_format.arrow_type(type_name))
-        for column, (name, type_name) in enumerate(new.items())
-    }
 
 
 def _write(
