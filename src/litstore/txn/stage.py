@@ -135,14 +135,17 @@ def write_fragment(
     writers: dict[str, ChunkWriter] = {}
     written: list[pa.Table] = []  # rows in the order they entered each split's chunk stream
     bar = progress_bar(progress, desc=description, unit="rec")
+    leased = False
     try:
-        leases.take(storage, transaction, transaction, lease)
         with storage.staging(prefix) as directory:
             runs_seen = 0
             fingerprint = 0
             taken_from: list[tuple[str, np.ndarray]] = []  # (split, input positions) in the order written
             offset = 0
             for run in [runs] if isinstance(runs, (Batch, Moved)) else runs:
+                if not leased:  # before the first chunk, after the input's first run (a slow source writes nothing)
+                    leases.take(storage, transaction, transaction, lease)
+                    leased = True
                 runs_seen += 1
                 run_rows, splits = _rows_of(run, key_type)
                 if fingerprinted:
