@@ -102,6 +102,10 @@ def stage(
     hashing every (key, content hash) pair: for records moved between chunks, which
     leave a version's fingerprint as it was.
 
+    The fragment is leased for ``lease`` seconds (:mod:`litstore.txn.leases`) once the
+    input's first run is ready, before its first chunk is written: gc removes none of
+    its files meanwhile. Staging nothing leaves no files.
+
     Raises:
         IntegrityError: the written chunks do not hold every record exactly once.
     """
