@@ -28,7 +28,7 @@ import xxhash
 
 from litstore._litdata.index import ChunkInfo
 from litstore.errors import IntegrityError, KeyNotFoundError, VersionNotFoundError, describe
-from litstore.format import hashing
+from litstore.format import hashing, keyrun
 from litstore.format.models import ExpiredVersion, StoreConfig, Version, declared_fields
 from litstore.read import keyruns, log
 from litstore.read.checked import RecordCheck
@@ -285,13 +285,26 @@ class VersionReader:
         """This version's key index on disk (format 3)."""
         return keyruns.KeyRuns(self._storage, self._version.key_runs, self._run_readers)
 
-    def _locate(self, keys: list[Any]) -> tuple[np.ndarray, list[str], np.ndarray]:
-        """For each of ``keys`` (normalized): LIVE, DELETED or ABSENT in the runs, its chunk and its entry."""
+    def _locate(
+        self, keys: list[Any], hashes: np.ndarray | None = None
+    ) -> tuple[np.ndarray, list[str], np.ndarray]:
+        """For each of ``keys`` (normalized): LIVE, DELETED or ABSENT in the runs, its chunk and its entry.
+
+        ``hashes`` are the keys' key hashes, if the caller has them (a write does).
+        """
+        count = len(keys)
+        if not self._version.key_runs or not count:
+            return np.zeros(count, dtype=np.uint8), [""] * count, np.zeros(count, dtype=keyrun.ENTRY)
         key_type = self._config.key_type
-        valid = [hashing.is_key(key, key_type) for key in keys]
-        identities = [hashing.key_bytes(key) if ok else b"" for key, ok in zip(keys, valid, strict=True)]
-        # Hashed without Arrow: the first pa.array of a process imports pandas (0.3-0.4 s).
-        hashes = np.fromiter(map(xxhash.xxh3_64_intdigest, identities), dtype=np.uint64, count=len(identities))
+        valid: np.ndarray | None = None  # None: every key can be one of this store's
+        if key_type != "str" or not set(map(type, keys)) <= {str}:  # (an int may lie outside int64)
+            valid = np.fromiter((hashing.is_key(key, key_type) for key in keys), dtype=bool, count=count)
+            stand_in = "" if key_type == "str" else 0
+            keys = [key if ok else stand_in for key, ok in zip(keys, valid.tolist(), strict=True)]
+        # Hashed without Arrow (the first pa.array of a process imports pandas, 0.3-0.4 s), in C loops.
+        identities = _identities(keys, key_type)
+        if hashes is None:
+            hashes = np.fromiter(map(xxhash.xxh3_64_intdigest, identities), dtype=np.uint64, count=count)
         prints = np.frombuffer(b"".join(map(xxhash.xxh3_128_digest, identities)), dtype="V16")
         try:
             status, names, entries = self.key_runs().find_many(hashes, prints)
@@ -303,7 +316,8 @@ class VersionReader:
                     "is gone. Store.refresh() moves to the newest version."
                 ) from exc
             raise
-        status[~np.array(valid, dtype=bool)] = keyruns.ABSENT
+        if valid is not None:
+            status[~valid] = keyruns.ABSENT
         return status, names, entries
 
     def _find_in_runs(self, key: Key) -> Record | None:
@@ -395,7 +409,7 @@ class VersionReader:
         """
         if self._reads_runs():
             listed = keys.to_pylist() if isinstance(keys, (pa.Array, pa.ChunkedArray)) else list(keys)
-            status, _, _ = self._locate(listed)
+            status, _, _ = self._locate(listed, hashes)
             return [listed[i] for i in np.flatnonzero(status == keyruns.LIVE).tolist()]
         if hashes is None:
             keys = keys if isinstance(keys, (pa.Array, pa.ChunkedArray)) else list(keys)
@@ -443,6 +457,16 @@ class VersionReader:
         listed = manifest.filter(at)
         keys = dict(zip(listed.column("row").to_pylist(), listed.column("key").to_pylist(), strict=True))
         return [keys.get(row) for row in rows.tolist()]
+
+
+def _identities(keys: list[Any], key_type: str) -> list[bytes]:
+    """:func:`~litstore.format.hashing.key_bytes` of each of ``keys`` (all of the store's key type)."""
+    if key_type == "str":
+        try:
+            return list(map(str.encode, keys))  # valid UTF-8: one C loop
+        except UnicodeEncodeError:  # a lone surrogate: encoded with surrogatepass
+            pass
+    return list(map(hashing.key_bytes, keys))
 
 
 def _asked(keys: list[Any], hits: np.ndarray) -> Callable[[np.ndarray], list[Any]]:
