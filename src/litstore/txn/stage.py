@@ -95,7 +95,8 @@ def stage(
     """Write ``runs`` (one batch or a stream of them) into a new fragment.
 
     Each run's records are written per split in key-hash order; chunks are about
-    ``chunk_bytes`` (default: the store's) each. Every chunk is read back before this
+    ``chunk_bytes`` (default: the store's) each; a format-3 store also gets each chunk's
+    hashes sidecar beside it (:mod:`litstore.format.chunkhashes`). Every chunk is read back before this
     returns: every record must sit, intact, exactly once where the rows say. If the
     stream raises (bad input found late), the partial fragment is removed. With
     ``fingerprinted=False`` the fragment's fingerprint is left at zero instead of
