@@ -40,7 +40,8 @@ from litstore.errors import (
 )
 from litstore.format import hashing
 from litstore.format.models import StoreConfig, Version
-from litstore.read import log
+from litstore.read import chunkhashes, log
+from litstore.read.chunkhashes import ChunkHashes
 from litstore.read.keyindex import KeyIndex
 from litstore.read.manifests import ManifestCache, compose_manifest
 from litstore.read.version import MISSING, Key, Record, VersionReader
@@ -255,9 +256,11 @@ class Snapshot:
         pass the result to ``litdata.StreamingDataLoader`` as it is.
 
         Args:
-            verify_records: check each item's bytes against the content hash the
-                manifest committed for it (xxh3-128, well under a microsecond a record);
-                ``False`` streams without the check and without reading the manifest.
+            verify_records: check each item's bytes against the content hash its version
+                committed for it (xxh3-128, well under a microsecond a record): read from
+                each chunk's hashes sidecar as it is streamed where every chunk has one
+                (format 3), else from the manifest, composed once here. ``False`` streams
+                without the check and without reading either.
             views_dir: where the private view directories live (see
                 :mod:`litstore.streaming`); default ``$LITSTORE_VIEWS``, else the temp directory.
             where: stream only the records whose manifest row matches this condition.
@@ -297,9 +300,13 @@ class Snapshot:
             return streaming.open_subset(
                 self.storage, self.config, self.version, split, subset, verify_records, views_dir, **kwargs
             )
-        records = streaming.stream_records(self.manifest(), chunks) if verify_records else None
+        records, hashes = None, None
+        if verify_records and self.config.writes_key_runs and chunkhashes.all_present(self.storage, chunks):
+            hashes = ChunkHashes(self.storage, self.config, self.version)  # no manifest: each chunk's sidecar
+        elif verify_records:
+            records = streaming.stream_records(self.manifest(), chunks)
         return streaming.open_dataset(
-            self.storage, self.config, self.version, split, chunks, records, views_dir, **kwargs
+            self.storage, self.config, self.version, split, chunks, records, views_dir, hashes=hashes, **kwargs
         )
 
     def select(self, where: str) -> list[Key]:

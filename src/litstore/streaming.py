@@ -3,7 +3,7 @@
 Each (version, split) gets its own small *view* directory outside the store root::
 
     <views>/<store id>/<version>-<transaction>/<split>/index.json   the split's litdata index
-    <views>/.../<split>/records.arrow    key and content hash of each item, in stream order
+    <views>/.../<split>/records.arrow    key and content hash of each item, in stream order (see below)
     <views>/.../<split>/fragments -> <root>/fragments               local stores: a symlink
     <views>/.../<split>/cache/                                      s3 stores: litdata's chunk cache
 
@@ -24,6 +24,14 @@ own ``cache/``. Either way the store root is
 never written by readers (a shared, read-only store streams fine), and two versions
 never share an ``index.json`` or a cache: litdata copies a custom ``index_path`` into
 its input or cache directory, so versions sharing one would read each other's.
+
+Items are checked against the content hashes their version committed. Where every
+chunk streamed has its hashes sidecar (format-3 stores, :mod:`litstore.read.chunkhashes`),
+each process reads the sidecar of the chunk it is about to decode, and making the
+dataset reads no manifest: the view holds ``index.json`` and the ``fragments`` link (or
+the cache) only, and starting costs O(chunks), not O(records). Otherwise (format 2, or
+a chunk without its sidecar) the manifest is composed once and the key and content
+hash of every item written into ``records.arrow``, which each worker maps.
 
 :class:`VersionDataset` decodes each item back into its record and records the
 version it streams in ``state_dict()``, so a loader state saved on one version
@@ -65,6 +73,7 @@ from litstore.format import layout
 from litstore.format.models import StoreConfig, Version
 from litstore.read import log
 from litstore.read.checked import RecordCheck
+from litstore.read.chunkhashes import ChunkHashes
 from litstore.read.chunks import ChunkCache
 from litstore.read.decoded import DecodedChunk
 from litstore.storage import LocalInput, Storage
@@ -87,12 +96,15 @@ def open_dataset(
     chunks: list[ChunkInfo],
     records: pa.Table | None,
     views_dir: str | os.PathLike[str] | None = None,
+    *,
+    hashes: ChunkHashes | None = None,
     **kwargs: Any,
 ) -> VersionDataset:
     """A :class:`VersionDataset` over ``chunks`` of one version and split of the store on ``storage``.
 
     ``records`` (from :func:`stream_records`) are the key and content hash of each item
-    in stream order; ``None`` streams without checking items.
+    in stream order; ``hashes`` instead reads each chunk's from its sidecar; with neither,
+    items are streamed unchecked.
     """
     source = storage.litdata_input()
     if source is None:
@@ -116,7 +128,13 @@ def open_dataset(
         for chunk in chunks:  # litdata opens chunks by path: apply the storage's checks (links, FIFOs) first
             storage.read_range(chunk.filename, 0, 0)
         return VersionDataset(
-            str(directory), identity, chunks=chunks, records_file=checked, chunk_root=source.directory, **kwargs
+            str(directory),
+            identity,
+            chunks=chunks,
+            records_file=checked,
+            chunk_hashes=hashes,
+            chunk_root=source.directory,
+            **kwargs,
         )
     kwargs.setdefault("cache_dir", str(directory / "cache"))
     kwargs.setdefault("storage_options", dict(source.storage_options))
@@ -126,6 +144,7 @@ def open_dataset(
         plain_http=source.plain_http,
         chunks=chunks,
         records_file=checked,
+        chunk_hashes=hashes,
         index_path=str(directory / "index.json"),
         **kwargs,
     )
@@ -271,6 +290,9 @@ class VersionDataset(StreamingDataset):
     Behaves exactly like ``StreamingDataset`` (shuffle, workers, DDP, ``StreamingDataLoader``
     resume) and yields decoded records, each checked against its committed content hash
     unless the dataset was made with ``verify_records=False``. Build it with ``store.dataset(...)``.
+
+    The committed hashes come from ``records_file`` (every item's, in stream order) or
+    from ``chunk_hashes`` (each chunk's sidecar, read as the chunk is reached).
     """
 
     def __init__(
@@ -281,6 +303,7 @@ class VersionDataset(StreamingDataset):
         *,
         chunks: Sequence[ChunkInfo] = (),
         records_file: Path | None = None,
+        chunk_hashes: ChunkHashes | None = None,
         chunk_root: str | None = None,
         **kwargs: Any,
     ) -> None:
@@ -302,6 +325,7 @@ class VersionDataset(StreamingDataset):
         self._decoded_start = 0  # litdata's number of the decoded chunk's first item
         self.identity = dict(identity)
         self._records_file = records_file
+        self._chunk_hashes = chunk_hashes
         # Memory-mapped here, so that DataLoader workers forked from this process share the
         # mapping instead of each opening it; a worker that unpickles the dataset opens its own.
         self._expected: memoryview | None = None
@@ -334,7 +358,7 @@ class VersionDataset(StreamingDataset):
 
     def __repr__(self) -> str:
         split = "all splits" if self.identity.get("split") is None else f"split {self.identity['split']!r}"
-        checked = "" if self._records_file is not None else ", unchecked"
+        checked = "" if self._records_file is not None or self._chunk_hashes is not None else ", unchecked"
         source = self.input_dir.url or self.input_dir.path
         return (
             f"<VersionDataset {self.identity.get('root')} version {self.identity.get('version')}, {split}: "
@@ -408,6 +432,8 @@ class VersionDataset(StreamingDataset):
             start = 16 * self._stream_starts[chunk_index]
             size = self._litdata_starts[chunk_index + 1] - self._litdata_starts[chunk_index]
             expected = self._expected[start : start + 16 * size]
+        elif self._chunk_hashes is not None:
+            expected = self._hashes_of(chunk_index)
         name = self._files[chunk_index]
         self._decoded = None  # release the previous chunk before mapping the next
         assert self._chunk_storage is not None
@@ -426,11 +452,22 @@ class VersionDataset(StreamingDataset):
             assert self._expected is not None
             position = self._stream_starts[chunk_index] + row
             expected = self._expected[16 * position : 16 * position + 16]
+        elif self._chunk_hashes is not None:
+            expected = self._hashes_of(chunk_index)[16 * row : 16 * row + 16]
         return self._record_check().record(self._files[chunk_index], row, item, expected)
+
+    def _hashes_of(self, chunk_index: int) -> memoryview:
+        """The committed content hashes of the items of chunk ``chunk_index`` (litdata's number), from its sidecar."""
+        assert self._chunk_hashes is not None
+        count = self._litdata_starts[chunk_index + 1] - self._litdata_starts[chunk_index]
+        return self._chunk_hashes.of(self._files[chunk_index], count)
 
     def _record_check(self) -> RecordCheck:
         if self._check is None:
-            self._check = RecordCheck(self.identity["version"], self._keys_at)
+            if self._chunk_hashes is not None:  # names damaged records from the manifest, composed only then
+                self._check = self._chunk_hashes.check()
+            else:
+                self._check = RecordCheck(self.identity["version"], self._keys_at)
         return self._check
 
     def _keys_at(self, chunk: str, rows: np.ndarray) -> list[Any]:

@@ -7,6 +7,7 @@
     manifests/<v>-<txn>.checkpoint.parquet          full manifest at version v (some versions)
     manifests/<v>-<txn>.keys                        key run written by version v (format 3)
     fragments/<txn>/chunk-<txn>-<n>.bin             litdata chunks, written once, never changed
+    fragments/<txn>/chunk-<txn>-<n>.hashes          the chunk's items' content hashes (format 3, format/chunkhashes.py)
     fragments/<txn>/lease-<id>.json                 FragmentLease: gc leaves the fragment alone while it runs
     fragments/<txn>/doomed-<id>.json                gc is removing files of the fragment (commits refuse it)
     fragments/<id>/clock.json                       gc's probe of the storage's own clock (removed at once)
@@ -42,6 +43,7 @@ CHUNK_SIZE_LIMIT = 2**32
 _VERSION_FILE = re.compile(r"(\d+)\.json")
 _TRANSACTION = re.compile(r"[0-9a-f]{20}")
 _CHUNK = re.compile(r"fragments/([0-9a-f]{20})/chunk-([0-9a-f]{20})-(\d{1,9})\.bin")
+_CHUNK_FILE = re.compile(r"fragments/([0-9a-f]{20})/chunk-([0-9a-f]{20})-(\d{1,9})\.(bin|hashes)")
 
 
 def check_transaction(transaction: str) -> str:
@@ -60,7 +62,7 @@ def check_chunk(path: str) -> str:
 
 
 _OWN_FILES = re.compile(
-    r"fragments/[0-9a-f]{20}/chunk-[0-9a-f]{20}-\d{1,9}\.bin"
+    r"fragments/[0-9a-f]{20}/chunk-[0-9a-f]{20}-\d{1,9}\.(bin|hashes)"
     r"|fragments/[0-9a-f]{20}/((lease|doomed)-[0-9a-f]{20}|clock)\.json"
     r"|versions/\d{8,}\.expiring/[0-9a-f]{20}\.json"
     r"|manifests/\d{8,}-[0-9a-f]{20}(\.checkpoint)?\.parquet"
@@ -74,6 +76,13 @@ _TEMPORARY = re.compile(r"(.*/)?\.tmp-[0-9a-f]{32}-[^/]+")
 def is_chunk(path: str) -> bool:
     """Whether ``path`` names a chunk as litstore writes them."""
     match = _CHUNK.fullmatch(path)
+    return match is not None and match.group(1) == match.group(2)
+
+
+def is_chunk_file(path: str) -> bool:
+    """Whether ``path`` names a chunk or a chunk's hashes sidecar: the data files of a fragment, which gc
+    removes only under its mark (:mod:`litstore.txn.leases`)."""
+    match = _CHUNK_FILE.fullmatch(path)
     return match is not None and match.group(1) == match.group(2)
 
 
@@ -143,6 +152,11 @@ def fragment(transaction: str) -> str:
 
 def chunk(transaction: str, number: int) -> str:
     return f"{FRAGMENTS}/{transaction}/chunk-{transaction}-{number}.bin"
+
+
+def chunk_hashes(chunk_path: str) -> str:
+    """The hashes sidecar of the chunk ``chunk_path`` (checked: ``ValueError`` if it names no chunk)."""
+    return check_chunk(chunk_path).removesuffix(".bin") + ".hashes"
 
 
 def lease(transaction: str, holder: str) -> str:

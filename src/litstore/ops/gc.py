@@ -138,7 +138,7 @@ def choose_kept(
 
 
 def referenced_files(storage: Storage, version: Version) -> set[str]:
-    """Every file ``version`` needs: its record, indexes, manifest files, key runs and chunks."""
+    """Every file ``version`` needs: its record, indexes, manifest files, key runs, chunks and their hashes."""
     files = {layout.version_record(version.number), *version.indexes.values()}
     if version.manifest:
         files.add(version.manifest)
@@ -149,6 +149,7 @@ def referenced_files(storage: Storage, version: Version) -> set[str]:
     files.update(run.path for run in version.key_runs)
     for chunks in log.read_chunks(storage, version).values():
         files.update(chunk.filename for chunk in chunks)
+        files.update(layout.chunk_hashes(chunk.filename) for chunk in chunks)  # where written (format 3)
     return files
 
 
@@ -277,13 +278,13 @@ def _removable(
 def _remove(
     storage: Storage, doomed: list[tuple[str, int]], collector: str, now: float | None, progress: bool
 ) -> list[tuple[str, int]]:
-    """Remove ``doomed``; what was removed. A fragment's chunks go only under gc's mark, and only if no
-    commit leased the fragment meanwhile (:mod:`litstore.txn.leases`), judged at storage time ``now``
+    """Remove ``doomed``; what was removed. A fragment's chunks and their hashes go only under gc's mark, and
+    only if no commit leased the fragment meanwhile (:mod:`litstore.txn.leases`), judged at storage time ``now``
     (``None``: leases are broken)."""
     chunks: dict[str, list[tuple[str, int]]] = {}
     others: list[tuple[str, int]] = []
     for path, size in doomed:
-        if layout.is_chunk(path):
+        if layout.is_chunk_file(path):  # a chunk or its hashes: a fragment's data, removed under gc's mark
             chunks.setdefault(path.split("/")[1], []).append((path, size))
         else:
             others.append((path, size))

@@ -26,7 +26,7 @@ from litstore.txn.change import Change, Compaction, Delete, FieldAddition, Write
 from litstore.txn.commit import commit
 from litstore.txn.plan import Plan, plan, refuse_existing, without_unchanged
 from litstore.txn.records import Batch, prepare, prepare_runs
-from litstore.txn.stage import StagedFragment, discard, stage
+from litstore.txn.stage import StagedFragment, discard, stage, write_chunk_hashes
 
 __all__ = [
     "Batch",
@@ -45,4 +45,5 @@ __all__ = [
     "refuse_existing",
     "stage",
     "without_unchanged",
+    "write_chunk_hashes",
 ]

@@ -31,7 +31,7 @@ from litstore._litdata import chunk as chunk_layout
 from litstore._litdata.index import ChunkInfo
 from litstore._litdata.writer import ChunkWriter
 from litstore.errors import DuplicateKeyError, IntegrityError, describe
-from litstore.format import hashing, layout
+from litstore.format import chunkhashes, hashing, layout
 from litstore.format import manifest as manifest_format
 from litstore.format.models import StoreConfig
 from litstore.read.memory import release_freed
@@ -95,7 +95,8 @@ def stage(
     """Write ``runs`` (one batch or a stream of them) into a new fragment.
 
     Each run's records are written per split in key-hash order; chunks are about
-    ``chunk_bytes`` (default: the store's) each. Every chunk is read back before this
+    ``chunk_bytes`` (default: the store's) each; a format-3 store also gets each chunk's
+    hashes sidecar beside it (:mod:`litstore.format.chunkhashes`). Every chunk is read back before this
     returns: every record must sit, intact, exactly once where the rows say. If the
     stream raises (bad input found late), the partial fragment is removed. With
     ``fingerprinted=False`` the fragment's fingerprint is left at zero instead of
@@ -185,6 +186,8 @@ def write_fragment(
                 if twice:
                     raise DuplicateKeyError(f"{len(twice)} keys appear more than once in the input: {describe(twice)}")
             _check_landed(directory, prefix, rows)
+            if config.writes_key_runs:
+                _write_hashes(directory, prefix, chunks, rows)
         if not any(chunks.values()):
             storage.delete_tree(prefix)  # nothing staged: no files to lease, commit or collect
     except BaseException:
@@ -196,6 +199,18 @@ def write_fragment(
     # _locate lays the splits out in name order, each split's runs in the order they came.
     placed = [positions for split in sorted(chunks) for name, positions in taken_from if name == split]
     return fragment, np.concatenate(placed) if placed else np.empty(0, dtype=np.intp)
+
+
+def write_chunk_hashes(storage: Storage, chunk: str, hashes: bytes | memoryview) -> str:
+    """Write the hashes sidecar (:mod:`litstore.format.chunkhashes`) of the committed ``chunk`` whose items
+    have the content ``hashes`` (16 bytes each, in row order); returns its path.
+
+    For chunks written without one (by format 2, or before sidecars existed): the hashes
+    must be the ones the manifest committed for the chunk's rows.
+    """
+    path = layout.chunk_hashes(chunk)
+    storage.write(path, chunkhashes.encode(chunk, hashes))
+    return path
 
 
 def discard(storage: Storage, fragment: StagedFragment) -> None:
@@ -251,6 +266,24 @@ def _locate(written: list[pa.Table], chunks: dict[str, tuple[ChunkInfo, ...]], k
         rows = np.arange(stream.num_rows, dtype=np.int64) - np.repeat(np.cumsum(counts) - counts, counts)
         parts.append(stream.append_column("chunk", located).append_column("row", pa.array(rows, pa.uint32())))
     return pa.concat_tables(parts).select(schema.names).cast(schema)
+
+
+def _write_hashes(directory: str, prefix: str, chunks: dict[str, tuple[ChunkInfo, ...]], rows: pa.Table) -> None:
+    """Write beside each chunk its hashes sidecar, from ``rows`` (:func:`_locate`'s: chunk by chunk, in row order),
+    and read each back: it must parse as the sidecar of its chunk."""
+    contents = rows.column("content_hash").combine_chunks()
+    hashes = memoryview(contents.buffers()[1]).cast("B")[16 * contents.offset : 16 * (contents.offset + len(contents))]
+    start = 0
+    for chunk in (chunk for split in sorted(chunks) for chunk in chunks[split]):
+        name = layout.chunk_hashes(chunk.filename)
+        path = os.path.join(directory, name.removeprefix(prefix + "/"))
+        with open(path, "wb") as out:
+            out.write(chunkhashes.encode(chunk.filename, hashes[16 * start : 16 * (start + chunk.num_items)]))
+        with open(path, "rb") as written:
+            chunkhashes.parse(chunk.filename, written.read(chunkhashes.size(chunk.num_items) + 1), chunk.num_items)
+        start += chunk.num_items
+    if 16 * start != len(hashes):
+        raise IntegrityError(f"{len(hashes) // 16} records were written, but the chunks hold {start}")
 
 
 def _break_hash_ties(order: np.ndarray, key_hashes: np.ndarray, contents: pa.ChunkedArray) -> np.ndarray:
