@@ -26,7 +26,6 @@ from litstore.errors import IntegrityError
 from litstore.format import chunkhashes, layout
 from litstore.format.models import StoreConfig, Version
 from litstore.read.checked import RecordCheck
-from litstore.read.version import VersionReader
 from litstore.storage import MissingFileError, Storage
 
 #: Sidecars a :class:`ChunkHashes` keeps open: the chunk being streamed and the one before it.
@@ -92,6 +91,8 @@ class ChunkHashes:
     def check(self) -> RecordCheck:
         """Checks and decodes the version's records, naming damaged ones by key (the manifest composed then)."""
         if self._check is None:
+            from litstore.read.version import VersionReader  # (it reads sidecars too: imported when first needed)
+
             self._check = VersionReader(self._storage, self._config, self._version).check
         return self._check
 

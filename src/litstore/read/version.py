@@ -30,7 +30,7 @@ from litstore._litdata.index import ChunkInfo
 from litstore.errors import IntegrityError, KeyNotFoundError, VersionNotFoundError, describe
 from litstore.format import hashing, keyrun
 from litstore.format.models import ExpiredVersion, StoreConfig, Version, declared_fields
-from litstore.read import keyruns, log
+from litstore.read import chunkhashes, keyruns, log
 from litstore.read.checked import RecordCheck
 from litstore.read.chunks import ChunkCache
 from litstore.read.groups import by_chunk, chunk_order, chunk_runs
@@ -429,21 +429,48 @@ class VersionReader:
         return list(column.take(pc.sort_indices(column)).to_pylist())
 
     def items(self) -> Iterator[tuple[Key, Record]]:
-        """``(key, record)`` for every record, in storage order (fast: chunk by chunk)."""
-        key_field = self._config.key
+        """``(key, record)`` for every record, in storage order (fast: chunk by chunk).
+
+        A format-3 version whose chunks all have their hashes sidecars is read chunk by
+        chunk as its split indexes list them, each item checked against its sidecar: no
+        manifest, no key index, memory of one batch. Otherwise the key index says where
+        each record is.
+        """
+        if self._index is None and self._config.writes_key_runs:
+            listed = [chunk for _, chunks in sorted(self.chunks().items()) for chunk in chunks]
+            if chunkhashes.all_present(self._storage, listed):
+                yield from self._items_in_chunks(listed)
+                return
         index = self.key_index()
         for chunk_id, where, rows in by_chunk(index.chunk_ids, index.rows):
             chunk = index.chunks[chunk_id]
             for start in range(0, len(rows), _DECODE_BATCH):
                 batch = rows[start : start + _DECODE_BATCH]
                 expected = index.contents[where[start : start + _DECODE_BATCH]]
-                records = self._check.records(chunk, batch, self._cache.payloads(chunk, batch), expected)
-                for row, record in zip(batch.tolist(), records, strict=True):
-                    if not isinstance(record, dict):
-                        raise self._check.malformed(chunk, row, f"a {type(record).__name__}, not a dict")
-                    if key_field not in record:
-                        raise self._keyless(chunk, row)
-                    yield record[key_field], record
+                yield from self._keyed(chunk, batch, self._cache.payloads(chunk, batch), expected)
+
+    def _items_in_chunks(self, listed: Sequence[ChunkInfo]) -> Iterator[tuple[Key, Record]]:
+        """``(key, record)`` of every item of ``listed``, checked against the chunks' hashes sidecars."""
+        sidecars = chunkhashes.ChunkHashes(self._storage, self._config, self._version)
+        for chunk in listed:
+            hashes = np.frombuffer(sidecars.of(chunk.filename, chunk.num_items), dtype=np.uint8).reshape(-1, 16)
+            for start in range(0, chunk.num_items, _DECODE_BATCH):
+                batch = np.arange(start, min(start + _DECODE_BATCH, chunk.num_items), dtype=np.int64)
+                payloads = self._cache.payloads(chunk.filename, batch)
+                yield from self._keyed(chunk.filename, batch, payloads, hashes[start : start + len(batch)])
+
+    def _keyed(
+        self, chunk: str, rows: np.ndarray, payloads: Sequence[bytes] | Sequence[memoryview], expected: np.ndarray
+    ) -> Iterator[tuple[Key, Record]]:
+        """``(key, record)`` of the items at ``rows`` of ``chunk``, checked against ``expected`` and decoded."""
+        key_field = self._config.key
+        records = self._check.records(chunk, rows, payloads, expected)
+        for row, record in zip(rows.tolist(), records, strict=True):
+            if not isinstance(record, dict):
+                raise self._check.malformed(chunk, row, f"a {type(record).__name__}, not a dict")
+            if key_field not in record:
+                raise self._keyless(chunk, row)
+            yield record[key_field], record
 
     def values(self) -> Iterator[Record]:
         """Every record, in storage order."""
