@@ -69,5 +69,5 @@ def test_a_damaged_sidecar_is_refused(tmp_path: Path) -> None:
     data = bytearray(sidecar.read_bytes())
     data[20] ^= 0x01
     sidecar.write_bytes(bytes(data))
-    with pytest.raises(litstore.IntegrityError, match="hashes sidecar|sidecar"):
+    with pytest.raises(litstore.IntegrityError, match="sidecar"):
         list(litstore.open(tmp_path / "s").items())

@@ -21,11 +21,14 @@ from collections import OrderedDict
 from collections.abc import Iterable
 from typing import Any
 
+import numpy as np
+
 from litstore._litdata.index import ChunkInfo
 from litstore.errors import IntegrityError
 from litstore.format import chunkhashes, layout
 from litstore.format.models import StoreConfig, Version
 from litstore.read.checked import RecordCheck
+from litstore.read.manifests import compose_manifest, keys_at
 from litstore.storage import MissingFileError, Storage
 
 #: Sidecars a :class:`ChunkHashes` keeps open: the chunk being streamed and the one before it.
@@ -91,10 +94,12 @@ class ChunkHashes:
     def check(self) -> RecordCheck:
         """Checks and decodes the version's records, naming damaged ones by key (the manifest composed then)."""
         if self._check is None:
-            from litstore.read.version import VersionReader  # (it reads sidecars too: imported when first needed)
-
-            self._check = VersionReader(self._storage, self._config, self._version).check
+            self._check = RecordCheck(self._version.number, self._keys_at)
         return self._check
+
+    def _keys_at(self, chunk: str, rows: np.ndarray) -> list[object | None]:
+        """The keys of the items at ``rows`` of ``chunk``: the manifest is composed for it (damage is rare)."""
+        return keys_at(compose_manifest(self._storage, self._config, self._version.number), chunk, rows)
 
     def _read(self, chunk: str, count: int) -> mmap.mmap | bytes:
         path = layout.chunk_hashes(chunk)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import TypeAlias
+from typing import Any, TypeAlias
 
 import numpy as np
 import pyarrow as pa
@@ -154,6 +154,14 @@ def compose(
             base = _without_keys(base, *mentioned)
         parts.append(base.select(names).cast(target))
     return pa.concat_tables(parts[::-1]) if parts else target.empty_table()
+
+
+def keys_at(manifest: pa.Table, chunk: str, rows: np.ndarray) -> list[Any]:
+    """The keys ``manifest`` lists at ``rows`` of ``chunk``, in that order (``None`` where it lists none)."""
+    at = pc.and_(pc.equal(manifest.column("chunk"), chunk), pc.is_in(manifest.column("row"), pa.array(rows)))
+    listed = manifest.filter(at)
+    keys = dict(zip(listed.column("row").to_pylist(), listed.column("key").to_pylist(), strict=True))
+    return [keys.get(row) for row in rows.tolist()]
 
 
 def without_change(delta: pa.Table, kind: ChangeKind) -> pa.Table:

@@ -36,7 +36,7 @@ from litstore.read.chunks import ChunkCache
 from litstore.read.groups import by_chunk, chunk_order, chunk_runs
 from litstore.read.keyindex import KeyIndex
 from litstore.read.keyruns import RunReader
-from litstore.read.manifests import ManifestCache, compose_manifest
+from litstore.read.manifests import ManifestCache, compose_manifest, keys_at
 from litstore.read.memory import release_freed
 from litstore.storage import Storage
 
@@ -285,9 +285,7 @@ class VersionReader:
         """This version's key index on disk (format 3)."""
         return keyruns.KeyRuns(self._storage, self._version.key_runs, self._run_readers)
 
-    def _locate(
-        self, keys: list[Any], hashes: np.ndarray | None = None
-    ) -> tuple[np.ndarray, list[str], np.ndarray]:
+    def _locate(self, keys: list[Any], hashes: np.ndarray | None = None) -> tuple[np.ndarray, list[str], np.ndarray]:
         """For each of ``keys`` (normalized): LIVE, DELETED or ABSENT in the runs, its chunk and its entry.
 
         ``hashes`` are the keys' key hashes, if the caller has them (a write does).
@@ -479,11 +477,7 @@ class VersionReader:
 
     def _keys_at(self, chunk: str, rows: np.ndarray) -> list[Key | None]:
         """The keys the manifest lists at ``rows`` of ``chunk``, in that order (to name damaged records)."""
-        manifest = self.manifest()
-        at = pc.and_(pc.equal(manifest.column("chunk"), chunk), pc.is_in(manifest.column("row"), pa.array(rows)))
-        listed = manifest.filter(at)
-        keys = dict(zip(listed.column("row").to_pylist(), listed.column("key").to_pylist(), strict=True))
-        return [keys.get(row) for row in rows.tolist()]
+        return keys_at(self.manifest(), chunk, rows)
 
 
 def _identities(keys: list[Any], key_type: str) -> list[bytes]:
