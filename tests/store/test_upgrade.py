@@ -11,6 +11,7 @@ the upgrade does.
 from __future__ import annotations
 
 import json
+import shutil
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,7 @@ from litstore import txn
 from litstore.format import hashing, layout
 from litstore.read import keyruns
 from litstore.read.version import VersionReader
+from litstore.txn import upgrade as upgrade_txn
 
 Record = dict[str, Any]
 
@@ -208,3 +210,67 @@ def test_a_damaged_page_is_rebuilt_only_when_asked(tmp_path: Path) -> None:
     rebuilt = litstore.open(store.root).upgrade(rebuild=True)
     assert rebuilt.number == store.version.number + 1
     assert litstore.open(store.root).get_many(keys) == [_record(key, 0) for key in keys]
+
+
+# -- stopped at any storage call ---------------------------------------------------------------------
+
+
+class _Stop(BaseException):
+    """Raised by :class:`_Stopping` where a crash would have stopped the upgrade."""
+
+
+class _Stopping:
+    """Forwards every storage call; raises :class:`_Stop` instead of the ``stop_at``-th call that writes."""
+
+    WRITES = ("write", "put_if_absent", "delete", "delete_tree", "write_file", "staging")
+
+    def __init__(self, inner: Any, stop_at: int | None) -> None:
+        self._inner = inner
+        self._stop_at = stop_at
+        self.calls: list[str] = []
+
+    def __getattr__(self, name: str) -> Any:
+        found = getattr(self._inner, name)
+        if name not in self.WRITES:
+            return found
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            self.calls.append(f"{name} {args[0]}")
+            if len(self.calls) == self._stop_at:
+                raise _Stop
+            return found(*args, **kwargs)
+
+        return call
+
+
+def _upgrade_through(root: Path, stop_at: int | None) -> list[str]:
+    """Upgrade the store at ``root`` through a storage that stops at its ``stop_at``-th write; the writes made."""
+    head = litstore.open(root).head().reader
+    stopping = _Stopping(head.storage, stop_at)
+    reader = VersionReader(stopping, head.config, head.version)  # type: ignore[arg-type]
+    try:
+        upgrade_txn.upgrade(reader)
+    except _Stop:
+        pass
+    return stopping.calls
+
+
+def test_an_upgrade_stopped_at_any_storage_call_leaves_a_store_that_upgrades_again(tmp_path: Path) -> None:
+    pristine = tmp_path / "pristine"
+    _, versions = _history(pristine)
+    latest = max(versions)
+    steps = _upgrade_through(Path(shutil.copytree(pristine, tmp_path / "clean")), None)
+    assert steps[-1] == f"write {layout.CONFIG}", "the config is switched last"
+    for stop_at in range(1, len(steps) + 1):
+        root = Path(shutil.copytree(pristine, tmp_path / f"stopped-{stop_at}"))
+        _upgrade_through(root, stop_at)
+        stopped = litstore.open(root)
+        assert stopped.config.format_version == 2, f"stopped before the switch ({steps[stop_at - 1]})"
+        assert stopped.version.number in (latest, latest + 1)
+        assert dict(stopped.items()) == versions[latest] and stopped.verify().ok
+        stopped.append([_record("after", 0)])
+        version = litstore.open(root).upgrade()
+        fresh = litstore.open(root)
+        assert fresh.config.format_version == 3 and fresh.version == version
+        assert fresh["after"] == _record("after", 0) and "k0055" not in fresh
+        runs_agree_with_manifest(fresh.head().reader, gone=["k0055"])

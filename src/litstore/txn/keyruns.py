@@ -11,8 +11,14 @@ holds at most twice as many entries as the newer runs put together, the two are
 merged into one: the newest entry of each key is kept, and a deleted entry is dropped
 when the merge reaches the oldest run. So a version has O(log N) runs and an entry
 is rewritten O(log N) times over its life. A commit merges runs of at most
-:data:`MERGE_LIMIT` entries; larger ones are merged by compaction (``Store.compact``
-writes one run of the whole version).
+:data:`MERGE_LIMIT` entries; larger ones are merged by compaction.
+
+**Full runs.** Compaction writes one run of every record of the version it commits
+(:func:`full_run`, from the version's manifest, which compaction composes anyway), so
+after any number of small appends a compacted version's lookup reads one run. So do
+``Store.upgrade`` and a format-3 commit whose parent has no runs at all (a version
+from before the upgrade): without it, that commit's run would be the only one its
+successors list, and their lookups would miss every older key.
 """
 
 from __future__ import annotations
