@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import shutil
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +25,7 @@ from litstore.format import hashing, layout
 from litstore.read import keyruns
 from litstore.read.version import VersionReader
 from litstore.txn import upgrade as upgrade_txn
+from tests.conftest import ON_S3_TOO, reopen
 
 Record = dict[str, Any]
 
@@ -100,6 +101,21 @@ def test_upgrade_keeps_records_and_history_and_indexes_every_key(tmp_path: Path)
     reopened.append([_record("new", 9)])
     assert len(reopened.version.key_runs) == 2, "the next commit merges onto the upgrade's run"
     runs_agree_with_manifest(reopened.head().reader)
+
+
+@ON_S3_TOO
+def test_upgrade_on_any_backend(make_any_store: Callable[..., litstore.Store]) -> None:
+    store = make_any_store(key="id", chunk_bytes=2048)
+    store.append([_record(key, 0) for key in _keys(range(100))])
+    store.delete(["k0003"])
+    before = store.version
+    version = store.upgrade()
+    assert version.fingerprint == before.fingerprint and len(version.key_runs) == 1
+    fresh = reopen(store)
+    assert fresh.config.format_version == 3 and fresh["k0050"] == _record("k0050", 0) and "k0003" not in fresh
+    runs_agree_with_manifest(fresh.head().reader, gone=["k0003"])
+    assert dict(fresh.at(before.number).items()) == dict(fresh.items())
+    assert reopen(store).upgrade() == version
 
 
 def test_a_second_upgrade_commits_nothing(tmp_path: Path) -> None:

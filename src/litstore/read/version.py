@@ -150,9 +150,16 @@ class VersionReader:
         ``self`` if it is the one this reader has. The caches are shared."""
         if config == self._config:
             return self
-        reader = self.successor(self._version, self._chunks, self._index, self._composed)
-        reader._config = config
-        return reader
+        return VersionReader(
+            self._storage,
+            config,
+            self._version,
+            manifests=self._manifests,
+            chunks=self._chunks,
+            index=self._index,
+            composed=self._composed,
+            runs=self._run_readers,
+        )
 
     def at(self, number: int) -> VersionReader:
         """A reader of version ``number`` (this one, if it is its number).
