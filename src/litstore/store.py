@@ -73,7 +73,7 @@ class Store:
     Create one with :meth:`Store.create`, open one with :func:`litstore.open`.
 
     Writing (each call commits one new version and returns its :class:`Version`):
-        append(records), upsert(records), delete(keys), ingest(...), compact(),
+        append(records), upsert(records), delete(keys), ingest(...), compact(), upgrade(),
         stage(records) + commit(fragments); tags: ``store.tags``, tag(), delete_tag();
         gc() removes what no kept version needs.
 
@@ -132,7 +132,7 @@ class Store:
                 live records).
             storage_options: for ``s3://`` roots, keyword arguments of boto3's S3
                 client (``endpoint_url``, credentials, ...), also used for streaming.
-            format_version: the store's data format, fixed for its life: 2 by default;
+            format_version: the store's data format: 2 by default (:meth:`upgrade` moves it to 3);
                 3 makes each commit also write a key run (the key index on disk), so
                 a lookup, ``get_many``, ``in`` or an append's key check in a fresh
                 process reads a few pages of it instead of composing the manifest.
@@ -536,6 +536,46 @@ class Store:
         self._head = self._wrap(
             txn.commit(self._head.reader, txn.FieldAddition(declared), message=message, metadata=metadata)
         )
+        return self.version
+
+    def upgrade(
+        self,
+        *,
+        rebuild: bool = False,
+        message: str | None = None,
+        metadata: dict[str, Any] | None = None,
+        progress: bool = False,
+    ) -> Version:
+        """Make a format-1 or format-2 store a format-3 one: its key index on disk, as a new version.
+
+        Commits a version with the newest version's records, chunks and fingerprint (a
+        ``diff`` of the two is empty) whose commit record lists one key run of every
+        record, then switches ``litstore.json`` to format 3; from then on every commit
+        writes a key run, and a lookup, ``get_many``, ``in`` or an append's key check
+        in a fresh process reads a few pages of the index instead of composing the
+        manifest. Versions from before keep reading as they did (through their
+        manifests). Races with other writers like any commit: they rebase onto it.
+        Safe to stop at any point and run again (see :mod:`litstore.txn.upgrade`).
+
+        On a format-3 store whose newest version's runs all open, nothing is committed
+        and the head is returned as it is, unless ``rebuild`` (write the index again
+        from the manifest, as when a lookup reported a damaged key run); a version is
+        also committed if the runs are missing or cut short. Builds the index in the
+        memory of the newest version's manifest plus 48 bytes a record; ``progress``
+        shows a bar while it hashes the keys. Once upgraded, litstore releases before
+        format 3 refuse the store.
+
+        Raises:
+            ConflictError: other writers kept committing first; nothing was committed.
+            InvalidArgumentError: ``rebuild``, ``message`` or ``metadata`` is not one an upgrade takes.
+        """
+        from litstore.txn import upgrade
+
+        message, metadata = check_message(message), check_metadata(metadata)
+        txn.Upgrade(rebuild=rebuild)  # checks the argument before anything is read
+        self.refresh()
+        reader = upgrade.upgrade(self._head.reader, rebuild, message, metadata, progress)
+        self._head = self._wrap(reader)
         return self.version
 
     def tag(self, name: str, version: VersionRef | None = None, *, move: bool = False) -> Tag:

@@ -7,6 +7,7 @@ on stdout, the exit code) and check it against the store through the public API:
 - a JSONL file imported and exported again comes back equal, bytes included;
 - ``verify`` exits 0 on a sound store and 1 once a chunk byte is flipped;
 - ``gc`` without ``--yes`` removes nothing, with ``--yes`` removes what it listed;
+- ``upgrade`` gives a format-2 store its key index once, and says so when there is nothing to do;
 - a user error exits 2 with one line on stderr and no traceback;
 - the ``litstore`` console script is installed, and ``import litstore`` never loads typer or rich.
 """
@@ -219,6 +220,31 @@ def test_compact_merges_chunks_and_keeps_every_record(tmp_path: Path) -> None:
     cli("verify", root, "--no-progress")
     cli("export", root, tmp_path / "out.jsonl")
     assert _read_jsonl(tmp_path / "out.jsonl") == {record["id"]: record for record in records}
+
+
+def test_upgrade_gives_a_format_2_store_its_key_index(tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    cli("create", root, "--chunk-bytes", "1024")
+    records = [_record(i) for i in range(30)]
+    cli("import", root, _write_jsonl(tmp_path / "in.jsonl", records), "--no-progress")
+    result = cli_json("upgrade", root, "--no-progress", "--message", "index")
+    assert result == {
+        "committed": True,
+        "format_before": 2,
+        "format_version": 3,
+        "version": 2,
+        "records": 30,
+        "key_runs": 1,
+    }
+    again = cli("upgrade", root)
+    assert again.stdout.startswith("nothing to do: the store is format 3 and version 2's key index is on disk")
+    assert cli("upgrade", root, "--rebuild", "--no-progress").stdout.startswith("rebuilt the key index: version 3 ")
+    store = litstore.open(root)
+    assert store.config.format_version == 3 and store.version.number == 3 and store.version.operation == "upgrade"
+    assert store.at(2).version.message == "index"
+    assert store.get_many([record["id"] for record in records]) == records
+    assert not store.diff(1, 3)
+    cli("verify", root, "--no-progress")
 
 
 def test_verify_exits_1_when_a_chunk_byte_is_flipped(tmp_path: Path) -> None:

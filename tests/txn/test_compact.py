@@ -1,4 +1,5 @@
-"""Compaction: many small chunks become few full ones; the records do not change."""
+"""Compaction: many small chunks become few full ones; the records do not change; in a format-3 store the
+version's key index becomes one run."""
 
 from __future__ import annotations
 
@@ -7,6 +8,9 @@ from collections.abc import Callable
 import pytest
 
 import litstore
+from litstore.read.version import VersionReader
+from tests.read.test_key_runs import _Counting
+from tests.store.test_upgrade import runs_agree_with_manifest
 
 from ._workers import record
 
@@ -49,6 +53,27 @@ def test_compact_then_write_then_gc(make_store: Callable[..., litstore.Store]) -
     expected = {f"k{i:04d}": record(i, rev=7 if i == 3 else 0) for i in range(60) if i != 4}
     assert dict(litstore.open(store.root).items()) == expected
     assert litstore.open(store.root).verify(expected_keys=expected).ok
+
+
+def test_compaction_of_a_format_3_store_leaves_one_run(make_store: Callable[..., litstore.Store]) -> None:
+    store = make_store(key="id", chunk_bytes=8192, format_version=3)
+    for batch in range(60):
+        store.append([record(batch * 10 + i) for i in range(10)])
+    store.upsert([record(5, rev=1)])
+    store.delete(["k0006"])
+    assert len(store.version.key_runs) > 2, store.version.key_runs
+    version = store.compact()
+    assert version.operation == "compact" and len(version.key_runs) == 1
+    assert version.key_runs[0].entries == version.total == 599
+    head = litstore.open(store.root).head()
+    counting = _Counting(head.storage)
+    fresh = VersionReader(counting, head.config, head.version)  # type: ignore[arg-type]
+    assert fresh.find("k0333") == record(333) and fresh.find("k0005") == record(5, rev=1)
+    assert fresh.find("k0006") is None
+    assert [path for path in counting.read_bytes if path.endswith(".keys")] == [version.key_runs[0].path]
+    runs_agree_with_manifest(head.reader, gone=["k0006"])
+    store.append([record(1000)])
+    assert len(store.version.key_runs) == 2 and litstore.open(store.root)["k1000"] == record(1000)
 
 
 @pytest.mark.parametrize("options", [{"min_fill": 0}, {"min_fill": 1.5}, {"target_chunk_bytes": 0}])

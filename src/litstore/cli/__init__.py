@@ -574,6 +574,62 @@ def compact(
         _say(f"version {after.number}: {chunks_before} chunks -> {chunks_after}")
 
 
+@app.command()
+def upgrade(
+    root: RootArg,
+    rebuild: Annotated[
+        bool,
+        typer.Option(
+            "--rebuild", help="Write the key index again even if it opens (a lookup reported a damaged key run)."
+        ),
+    ] = False,
+    message: Annotated[str | None, typer.Option(help="The new version's message.")] = None,
+    progress: ProgressOpt = True,
+    endpoint_url: EndpointOpt = None,
+    storage_option: StorageOpts = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Give a format-2 store its key index on disk (format 3), as a new version with the same records.
+
+    Commits a version with the newest version's records, chunks and fingerprint whose
+    commit record lists one key run of every record, then switches litstore.json to
+    format 3: from then on every commit writes a key run, and a lookup reads a few pages
+    of the index instead of the manifest. Older versions read as they did. Other writers
+    may keep writing meanwhile; it is safe to interrupt and run again. On a format-3
+    store it does nothing unless the newest version's key runs are missing or cut short,
+    or --rebuild is given. litstore releases before format 3 refuse the store afterwards.
+    """
+    store = _open(root, endpoint_url, storage_option)
+    format_before, before = store.config.format_version, store.version.number
+    after = store.upgrade(rebuild=rebuild, message=message, progress=progress)
+    committed = after.number != before and after.operation == "upgrade"
+    runs = len(after.key_runs)
+    if as_json:
+        _print_json(
+            {
+                "committed": committed,
+                "format_before": format_before,
+                "format_version": store.config.format_version,
+                "version": after.number,
+                "records": after.total,
+                "key_runs": runs,
+            }
+        )
+    elif format_before >= store.config.format_version and not committed:
+        _say(
+            f"nothing to do: the store is format {format_before} and version {after.number}'s key index is on disk "
+            f"({after.total} records in {runs} key runs); --rebuild writes it again"
+        )
+    elif not committed:
+        _say(
+            f"upgraded to format {store.config.format_version}: version {after.number} had its key index already "
+            "(an earlier upgrade stopped before switching the format)"
+        )
+    else:
+        done = "rebuilt the key index" if format_before >= 3 else f"upgraded to format {store.config.format_version}"
+        _say(f"{done}: version {after.number} indexes its {after.total} records in one key run")
+
+
 def _split_keys(snapshot: Snapshot, split: str | None) -> set[Key] | None:
     """The keys of ``split`` in ``snapshot`` (``None``: every split)."""
     if split is None:

@@ -74,12 +74,12 @@ def encode(entries: np.ndarray, chunks: list[str]) -> bytes:
         raise ValueError(f"a key run names at most {MAX_CHUNKS - 1} chunks")
     names = "\n".join(chunks).encode()
     fences = np.ascontiguousarray(entries["key_hash"][::PAGE]).astype("<u8")
-    data = entries.tobytes()
+    data = np.ascontiguousarray(entries).view(np.uint8).data  # the entries' bytes, not a copy
     size = PAGE * ENTRY.itemsize
     sums = np.array([xxhash.xxh3_64_intdigest(data[i : i + size]) for i in range(0, len(data), size)], dtype="<u8")
     tail = names + fences.tobytes() + sums.tobytes()
     footer = FOOTER.pack(MAGIC, len(entries), PAGE, len(names), len(chunks), 0, xxhash.xxh3_64_intdigest(tail))
-    return data + tail + footer
+    return b"".join((data, tail, footer))
 
 
 def footer_size() -> int:

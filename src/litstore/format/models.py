@@ -248,7 +248,7 @@ def _check_fields(fields: dict[str, str] | None, key: str | None) -> None:
     field_format.check_distinct(fields or {})
 
 
-Operation = Literal["create", "append", "upsert", "delete", "compact", "add_fields"]
+Operation = Literal["create", "append", "upsert", "delete", "compact", "add_fields", "upgrade"]
 
 
 class Version(_Frozen):

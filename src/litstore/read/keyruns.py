@@ -10,6 +10,13 @@ against its sum before it is used (:func:`litstore.format.keyrun.check_page`).
 :class:`KeyRuns` answers for a version: for each key, the newest entry whose keyprint
 is the key's, in the newest run that has one. A live entry names the record's chunk,
 row and committed content hash, which the caller checks when it reads the record.
+
+**Versions without an index.** A version indexes its records on disk if its commit
+record lists key runs, or if it holds no records (:func:`has_key_index`). Versions of
+a store upgraded from format 2 (``Store.upgrade``) committed before the upgrade have
+none, nor has one a writer that still held the format-2 config committed after it:
+their lookups compose the manifest, as format 2 does, and the next format-3 commit on
+such a version writes a run of every record (:mod:`litstore.txn.keyruns`).
 """
 
 from __future__ import annotations
@@ -20,13 +27,24 @@ import numpy as np
 
 from litstore.errors import IntegrityError
 from litstore.format import keyrun
-from litstore.format.models import KeyRunRef
+from litstore.format.models import KeyRunRef, Version
 from litstore.storage import MissingFileError, Storage
 
 #: What :meth:`KeyRuns.find_many` says of each key.
 ABSENT, LIVE, DELETED = 0, 1, 2
 #: Pages of a remote run kept in memory per run (48 MiB at most).
 _CACHED_PAGES = 1024
+
+
+def has_key_index(version: Version) -> bool:
+    """Whether ``version``'s key runs index every record it holds (see the module docstring).
+
+    Every format-3 commit of a version that holds records lists at least one run (a
+    merge that leaves no entry has merged away every record), so a version with
+    records and no runs was committed without the index: before an upgrade, or by a
+    writer that read the config before it became format 3, which lists no runs.
+    """
+    return bool(version.key_runs) or version.total == 0
 
 
 class RunReader:
@@ -150,6 +168,16 @@ class KeyRuns:
             if reader is None or reader.ref != ref:
                 reader = cache[ref.path] = RunReader(storage, ref)
             self._runs.append(reader)
+
+    def check(self) -> None:
+        """Open every run: its file is there, as long as its commit record says, its footer, chunk table and
+        fences whole (a few small reads a run; the pages are checked as lookups read them).
+
+        Raises:
+            IntegrityError: a run is missing, cut short or damaged (the message names its file).
+        """
+        for run in self._runs:
+            run.tail()
 
     def find_many(self, hashes: np.ndarray, prints: np.ndarray) -> tuple[np.ndarray, list[str], np.ndarray]:
         """For each key: :data:`LIVE`, :data:`DELETED` or :data:`ABSENT`, the name of the chunk its entry

@@ -145,6 +145,22 @@ class VersionReader:
             runs=self._run_readers,
         )
 
+    def reconfigured(self, config: StoreConfig) -> VersionReader:
+        """This reader under ``config``, the store's config as ``Store.upgrade`` left it (its format changed);
+        ``self`` if it is the one this reader has. The caches are shared."""
+        if config == self._config:
+            return self
+        return VersionReader(
+            self._storage,
+            config,
+            self._version,
+            manifests=self._manifests,
+            chunks=self._chunks,
+            index=self._index,
+            composed=self._composed,
+            runs=self._run_readers,
+        )
+
     def at(self, number: int) -> VersionReader:
         """A reader of version ``number`` (this one, if it is its number).
 
@@ -278,8 +294,9 @@ class VersionReader:
     # -- the key index on disk (format 3) ---------------------------------------------
 
     def _reads_runs(self) -> bool:
-        """Whether lookups read the key runs: a format-3 version, unless its index is in memory already."""
-        return self._config.writes_key_runs and self._index is None
+        """Whether lookups read the key runs: a format-3 version that has them, unless its index is in memory
+        already. A version committed without them (before ``Store.upgrade``) composes its manifest instead."""
+        return self._config.writes_key_runs and self._index is None and keyruns.has_key_index(self._version)
 
     def key_runs(self) -> keyruns.KeyRuns:
         """This version's key index on disk (format 3)."""
@@ -313,7 +330,12 @@ class VersionReader:
                     f"version {self._version.number} was expired by gc while this handle read it: its key index "
                     "is gone. Store.refresh() moves to the newest version."
                 ) from exc
-            raise
+            raise IntegrityError(
+                f"the key index on disk of version {self._version.number} is damaged: {exc}. No record was "
+                "returned from it. `litstore upgrade --rebuild ROOT` (Store.upgrade(rebuild=True)) commits the "
+                "newest version again with its index written anew from its manifest; store.verify() checks the "
+                "records"
+            ) from exc
         if valid is not None:
             status[~valid] = keyruns.ABSENT
         return status, names, entries

@@ -6,7 +6,8 @@ Writing a version is two steps, which may run in different places:
    fragment (:func:`stage`), getting a small, picklable :class:`StagedFragment`. Any
    number of processes or machines may stage at once; nothing is visible yet.
 2. **commit**: publish a change (:mod:`.change`: :class:`Write` of any number of
-   staged fragments, :class:`Delete`, :class:`Compaction`, :class:`FieldAddition`) as
+   staged fragments, :class:`Delete`, :class:`Compaction`, :class:`FieldAddition`,
+   :class:`Upgrade`) as
    one version (:func:`commit`): plan it against the newest version, copy-on-write
    the chunks that lose rows, and create the commit record with put-if-absent,
    rebasing over other writers or raising :class:`~litstore.errors.ConflictError`.
@@ -18,11 +19,11 @@ by ``gc`` after its grace period, or at once by :func:`discard`.
 Modules: :mod:`.records` (input validation), :mod:`.stage`, :mod:`.change` (what a
 commit does, as values), :mod:`.plan`, :mod:`.commit`, :mod:`.race` (the commit record
 and catching up), :mod:`.leases` (what keeps gc off staged fragments), :mod:`.fields`,
-:mod:`.claims`. The version log they
-read is :mod:`litstore.read.log`.
+:mod:`.claims`, :mod:`.keyruns` (the key index on disk), :mod:`.upgrade` (format 2 to 3).
+The version log they read is :mod:`litstore.read.log`.
 """
 
-from litstore.txn.change import Change, Compaction, Delete, FieldAddition, Write
+from litstore.txn.change import Change, Compaction, Delete, FieldAddition, Upgrade, Write
 from litstore.txn.commit import commit
 from litstore.txn.plan import Plan, plan, refuse_existing, without_unchanged
 from litstore.txn.records import Batch, prepare, prepare_runs
@@ -36,6 +37,7 @@ __all__ = [
     "FieldAddition",
     "Plan",
     "StagedFragment",
+    "Upgrade",
     "Write",
     "commit",
     "discard",

@@ -7,6 +7,7 @@ A change is a frozen value made before anything is committed, and
     Delete(keys, missing_ok=...)                                 records out
     Compaction(chunks, chunk_bytes)                              small chunks merged, records as they were
     FieldAddition(fields)                                        more declared fields, records as they were
+    Upgrade(rebuild=...)                                         the key index on disk, records as they were
 
 Planning is a method of the change (:meth:`Write.plan`, ...), so a writer that lost a
 race plans the same change again on the newest version. Each change checks its own
@@ -23,11 +24,12 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from litstore.errors import SHOWN_CULPRITS, InvalidArgumentError, SchemaError
+from litstore.errors import SHOWN_CULPRITS, IntegrityError, InvalidArgumentError, SchemaError
 from litstore.format import fields as field_format
 from litstore.format import hashing
 from litstore.format import manifest as manifest_format
 from litstore.format.models import Operation, check_message, check_metadata, declared_fields
+from litstore.read.keyruns import has_key_index
 from litstore.txn.plan import Mode, Plan, plan
 from litstore.txn.stage import StagedFragment
 
@@ -152,6 +154,35 @@ class FieldAddition:
         return _manifest_with(parent, dict(self.fields))
 
 
+@dataclass(frozen=True)
+class Upgrade:
+    """Write the parent's key index on disk as one run of every record (format 3): a version with the same
+    records, chunks and fingerprint (see :mod:`litstore.txn.upgrade`).
+
+    Needed where the parent has no index on disk, or one whose runs are missing, cut short
+    or damaged in their footer; ``rebuild`` writes it even so (a damaged page is found only
+    when a lookup reads it).
+    """
+
+    rebuild: bool = False
+    fragments: tuple[StagedFragment, ...] = field(default=(), init=False)
+    operation: Operation = field(default="upgrade", init=False)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.rebuild, bool):
+            raise InvalidArgumentError(f"rebuild must be True or False, got {self.rebuild!r}")
+
+    def needed(self, parent: VersionReader) -> bool:
+        """Whether ``parent`` needs its key index written: it has none, its runs do not open, or ``rebuild``."""
+        if self.rebuild or not has_key_index(parent.version):
+            return True
+        try:
+            parent.key_runs().check()
+        except IntegrityError:
+            return True
+        return False
+
+
 def _manifest_with(head: VersionReader, new: dict[str, str]) -> pa.Table:
     """``head``'s manifest with a column for each of the ``new`` fields (see :meth:`FieldAddition.plan`)."""
     full = head.manifest()
@@ -197,4 +228,4 @@ def _values(head: VersionReader, new: dict[str, str]) -> dict[str, pa.Array]:
 
 
 #: Every change a commit publishes.
-Change = Write | Delete | Compaction | FieldAddition
+Change = Write | Delete | Compaction | FieldAddition | Upgrade

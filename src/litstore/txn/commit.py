@@ -45,6 +45,7 @@ from litstore.format import hashing, layout
 from litstore.format import manifest as manifest_format
 from litstore.format.manifest import ChangeKind
 from litstore.format.models import (
+    KeyRunRef,
     Operation,
     Version,
     check_message,
@@ -54,8 +55,9 @@ from litstore.format.models import (
 from litstore.read import manifests
 from litstore.read.groups import by_chunk
 from litstore.read.keyindex import KeyIndex
-from litstore.txn import claims, fields, keyruns, leases, race
-from litstore.txn.change import Change, Compaction, Delete, FieldAddition, Write
+from litstore.read.keyruns import has_key_index
+from litstore.txn import claims, fields, keyruns, leases, race, upgrade
+from litstore.txn.change import Change, Compaction, Delete, FieldAddition, Upgrade, Write
 from litstore.txn.plan import Plan
 from litstore.txn.stage import Moved, StagedFragment, discard, write_fragment
 
@@ -94,9 +96,12 @@ def commit(
     message, metadata = check_message(message), check_metadata(metadata)
     if isinstance(change, FieldAddition):
         return fields.commit_fields(parent, change, message, metadata)
+    if isinstance(change, Upgrade):
+        return upgrade.commit_index(parent, change, message, metadata, progress)
     if not isinstance(change, (Write, Delete, Compaction)):
         raise InvalidArgumentError(
-            f"commit takes a change (txn.Write, txn.Delete, txn.Compaction, txn.FieldAddition), got {change!r}"
+            "commit takes a change (txn.Write, txn.Delete, txn.Compaction, txn.FieldAddition, txn.Upgrade), "
+            f"got {change!r}"
         )
     head = parent
     fragments = change.fragments
@@ -226,6 +231,11 @@ def publish(
     records (after large upserts and deletes), so composing any version reads at most
     about twice its live rows.
 
+    In a format-3 store it also writes its key run (:mod:`.keyruns`): what it changed,
+    merged with its parent's runs as they pile up; a compaction, or a commit whose
+    parent has no key index on disk (committed before ``Store.upgrade``, or by a
+    writer that held the format-2 config), writes one run of every record instead.
+
     Raises:
         ConflictError: another writer committed this version number first; the
             files this call wrote are removed again, the staged fragments are kept.
@@ -261,10 +271,16 @@ def publish(
         storage.write(checkpoint_path, manifest_format.to_parquet(full, key_hash=config.stores_key_hash))
         written.append(checkpoint_path)
         pending_rows = 0
-    key_runs = parent.key_runs
+    key_runs: tuple[KeyRunRef, ...] = ()  # a writer holding a format-2 config lists none, not its parent's
     if config.writes_key_runs:
-        run = keyruns.entries_of(current.rows, current.deleted.keys, config.key_type)
-        key_runs, run_files = keyruns.write_runs(storage, number, transaction, run, parent.key_runs)
+        older = parent.key_runs
+        if operation == "compact" or not has_key_index(parent):  # one run of every record
+            if full is None:
+                full = _applied(head.manifest(), delta, config.key_type, declared_fields(config, parent))
+            run, older = keyruns.full_run(full), ()
+        else:
+            run = keyruns.entries_of(current.rows, current.deleted.keys, config.key_type)
+        key_runs, run_files = keyruns.write_runs(storage, number, transaction, run, older)
         written.extend(run_files)
     fragment_ids = sorted(
         {chunk.filename.split("/")[1] for listed in current.staged_chunks.values() for chunk in listed}

@@ -11,8 +11,14 @@ holds at most twice as many entries as the newer runs put together, the two are
 merged into one: the newest entry of each key is kept, and a deleted entry is dropped
 when the merge reaches the oldest run. So a version has O(log N) runs and an entry
 is rewritten O(log N) times over its life. A commit merges runs of at most
-:data:`MERGE_LIMIT` entries; larger ones are merged by compaction (``Store.compact``
-writes one run of the whole version).
+:data:`MERGE_LIMIT` entries; larger ones are merged by compaction.
+
+**Full runs.** Compaction writes one run of every record of the version it commits
+(:func:`full_run`, from the version's manifest, which compaction composes anyway), so
+after any number of small appends a compacted version's lookup reads one run. So do
+``Store.upgrade`` and a format-3 commit whose parent has no runs at all (a version
+from before the upgrade): without it, that commit's run would be the only one its
+successors list, and their lookups would miss every older key.
 """
 
 from __future__ import annotations
@@ -27,9 +33,12 @@ from litstore.format import manifest as manifest_format
 from litstore.format.models import KeyRunRef
 from litstore.read.keyruns import RunReader
 from litstore.storage import Storage
+from litstore.txn.progress import bar
 
 #: A commit merges runs only while the result stays below this many entries (~48 MB).
 MERGE_LIMIT = 1 << 20
+#: Records :func:`full_run` hashes at once.
+_FULL_RUN_BATCH = 1 << 18
 
 
 def entries_of(rows: pa.Table, deleted_keys: Sequence[object], key_type: str) -> tuple[np.ndarray, list[str]]:
@@ -37,14 +46,7 @@ def entries_of(rows: pa.Table, deleted_keys: Sequence[object], key_type: str) ->
     names, ids = manifest_format.chunk_codes(rows.column("chunk")) if rows.num_rows else ([], np.empty(0, np.int32))
     live = np.empty(rows.num_rows, dtype=keyrun.ENTRY)
     if rows.num_rows:
-        live["key_hash"] = hashing.key_hash_array(rows.column("key"))
-        live["chunk"] = ids
-        live["row"] = rows.column("row").to_numpy()
-        contents = rows.column("content_hash").combine_chunks()
-        live["content"] = np.frombuffer(
-            contents.buffers()[1], dtype="V16", count=len(contents), offset=16 * contents.offset
-        )
-        live["keyprint"] = np.frombuffer(hashing.keyprint_array(rows.column("key")), dtype="V16")
+        _fill(live, rows, ids)
     gone = np.zeros(len(deleted_keys), dtype=keyrun.ENTRY)
     if len(deleted_keys):
         column = pa.array(list(deleted_keys), manifest_format.schema(key_type).field("key").type)
@@ -54,6 +56,41 @@ def entries_of(rows: pa.Table, deleted_keys: Sequence[object], key_type: str) ->
     entries = np.concatenate([live, gone])
     order = np.argsort(entries["key_hash"], kind="stable")
     return entries[order], list(names)
+
+
+def full_run(manifest: pa.Table, progress: bool = False) -> tuple[np.ndarray, list[str]]:
+    """One run of every record of a version (its whole ``manifest``): what ``Store.upgrade`` and compaction
+    write, and a commit whose parent has no key index on disk.
+
+    The keys are hashed :data:`_FULL_RUN_BATCH` rows at a time into one array of
+    entries (48 bytes a record, then sorted), so the work beside the manifest stays a
+    few batches; chunks no record names are left out of the run's table.
+    """
+    count = manifest.num_rows
+    if not count:
+        return np.empty(0, dtype=keyrun.ENTRY), []
+    names, ids = manifest_format.chunk_codes(manifest.column("chunk"))
+    used, ids = np.unique(ids, return_inverse=True)
+    entries = np.empty(count, dtype=keyrun.ENTRY)
+    with bar(progress, total=count, desc="indexing keys", unit="record") as shown:
+        for start in range(0, count, _FULL_RUN_BATCH):
+            end = min(start + _FULL_RUN_BATCH, count)
+            _fill(entries[start:end], manifest.slice(start, end - start), ids[start:end])
+            shown.update(end - start)
+    entries = entries[np.argsort(entries["key_hash"], kind="stable")]
+    return entries, [names[i] for i in used.tolist()]
+
+
+def _fill(entries: np.ndarray, rows: pa.Table, chunk_ids: np.ndarray) -> None:
+    """Set ``entries`` to the live entries of manifest ``rows`` (their chunks numbered ``chunk_ids``)."""
+    entries["key_hash"] = hashing.key_hash_array(rows.column("key"))
+    entries["chunk"] = chunk_ids
+    entries["row"] = rows.column("row").to_numpy()
+    contents = rows.column("content_hash").combine_chunks()
+    entries["content"] = np.frombuffer(
+        contents.buffers()[1], dtype="V16", count=len(contents), offset=16 * contents.offset
+    )
+    entries["keyprint"] = np.frombuffer(hashing.keyprint_array(rows.column("key")), dtype="V16")
 
 
 def merged(
