@@ -290,3 +290,27 @@ def test_an_upgrade_stopped_at_any_storage_call_leaves_a_store_that_upgrades_aga
         assert fresh.config.format_version == 3 and fresh.version == version
         assert fresh["after"] == _record("after", 0) and "k0055" not in fresh
         runs_agree_with_manifest(fresh.head().reader, gone=["k0055"])
+
+
+def test_upgrade_gives_old_chunks_their_sidecars_so_streaming_composes_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from litstore.read import chunkhashes
+
+    store = litstore.Store.create(tmp_path / "s", key="id", format_version=2, chunk_bytes=2048)
+    store.append([{"id": f"k{i:03d}", "v": i} for i in range(200)])
+    store.upsert([{"id": f"k{i:03d}", "v": -i} for i in range(0, 200, 9)])
+    before = dict(store.items())
+    listed = [chunk for chunks in store.chunks().values() for chunk in chunks]
+    assert not chunkhashes.all_present(store.storage, listed)
+    store.upgrade()
+    assert chunkhashes.all_present(store.storage, listed)
+    fresh = litstore.open(tmp_path / "s")
+
+    def refuse(*_: object, **__: object) -> None:
+        raise AssertionError("the manifest was composed")
+
+    monkeypatch.setattr(VersionReader, "manifest", refuse)
+    assert dict(fresh.items()) == before
+    streamed = sorted((record["id"], record["v"]) for record in fresh.dataset())
+    assert streamed == sorted((key, record["v"]) for key, record in before.items())

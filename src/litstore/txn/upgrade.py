@@ -38,18 +38,24 @@ from __future__ import annotations
 import contextlib
 import functools
 import time
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
+from litstore._litdata.index import ChunkInfo
 from litstore.errors import ConflictError, StorageError
 from litstore.format import layout
 from litstore.format import manifest as manifest_format
 from litstore.format.models import StoreConfig, Version, declared_fields
 from litstore.read import log
+from litstore.storage import Storage
 from litstore.txn import keyruns
 from litstore.txn.change import Upgrade
 from litstore.txn.race import catch_up, commit_time, pause, put_commit_record
+from litstore.txn.stage import write_chunk_hashes
 
 if TYPE_CHECKING:
     from litstore.read.version import VersionReader
@@ -135,6 +141,47 @@ def commit_index(
     raise ConflictError(f"gave up after {_MAX_ATTEMPTS} attempts to commit the key index; nothing was committed")
 
 
+def write_sidecars(storage: Storage, chunks: Sequence[ChunkInfo], manifest: pa.Table) -> list[str]:
+    """Write the hashes sidecar of each of ``chunks`` that has none, from ``manifest`` (the version listing
+    them); the paths written.
+
+    Chunks from before format 3 have no sidecar, so streaming them would compose the
+    manifest; with one, it starts in O(chunks). A chunk whose rows the manifest does
+    not list exactly once each (a damaged store) gets none: streaming it then goes
+    through the manifest, which names the damage. A sidecar written here but not
+    committed (the upgrade lost its race) is still right: chunks never change.
+    """
+    present: dict[str, set[str]] = {}
+    missing = []
+    for chunk in chunks:
+        fragment, _, name = layout.chunk_hashes(chunk.filename).rpartition("/")
+        if fragment not in present:
+            present[fragment] = set(storage.names(fragment))
+        if name not in present[fragment]:
+            missing.append(chunk)
+    if not missing:
+        return []
+    chunk_column = manifest.column("chunk").cast(pa.string())
+    listed = pc.is_in(chunk_column, pa.array([chunk.filename for chunk in missing], pa.string()))
+    rows = pa.table({"chunk": chunk_column, "row": manifest.column("row"), "content": manifest.column("content_hash")})
+    rows = rows.filter(listed).sort_by([("chunk", "ascending"), ("row", "ascending")])
+    names = rows.column("chunk").to_pylist()
+    numbers = rows.column("row").to_numpy()
+    contents = np.frombuffer(b"".join(rows.column("content").to_pylist()), dtype=np.uint8).reshape(-1, 16)
+    starts = {name: index for index, name in reversed(list(enumerate(names)))}
+    written = []
+    for chunk in missing:
+        start, count = starts.get(chunk.filename), chunk.num_items
+        if start is None or names[start : start + count] != [chunk.filename] * count:
+            continue  # the manifest lists fewer rows in it
+        if start + count < len(names) and names[start + count] == chunk.filename:
+            continue  # or more
+        if not np.array_equal(numbers[start : start + count], np.arange(count)):
+            continue
+        written.append(write_chunk_hashes(storage, chunk.filename, contents[start : start + count].tobytes()))
+    return written
+
+
 def _same(manifest: pa.Table) -> pa.Table:
     return manifest  # the new version's manifest is its parent's
 
@@ -169,6 +216,7 @@ def _write(
         indexes[split] = layout.split_index(number, transaction, split)
         storage.write(indexes[split], storage.read(path))
         written.append(indexes[split])
+    write_sidecars(storage, [chunk for chunks in head.chunks().values() for chunk in chunks], manifest)
     key_runs, run_files = keyruns.write_runs(storage, number, transaction, keyruns.full_run(manifest, progress), ())
     written.extend(run_files)
     version = Version(
