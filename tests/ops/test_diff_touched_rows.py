@@ -1,10 +1,11 @@
 """``store.diff`` from the keys the commits between two versions touched equals the full join of their manifests.
 
 :func:`litstore.ops.diff.touched_rows` reads only the deltas between the two
-versions and looks the keys they touched up in the older one; the reference here is
-computed in Python from the two versions' whole manifests (``snapshot.manifest()``).
-Every example gets its own directory: function-scoped fixtures are not reset between
-Hypothesis examples.
+versions and looks the keys they touched up in the older one (its manifest chain in
+a format-2 store, its key runs in a format-3 one: every test runs on both); the
+reference here is computed in Python from the two versions' whole manifests
+(``snapshot.manifest()``). Every example gets its own directory: function-scoped
+fixtures are not reset between Hypothesis examples.
 """
 
 from __future__ import annotations
@@ -26,6 +27,22 @@ import litstore
 from litstore.ops.diff import Diff, touched_rows
 
 Expected = dict[str, list[tuple[Any, str]]]
+
+
+@pytest.fixture(params=[2, 3], ids=["format2", "format3"])
+def format_version(request: pytest.FixtureRequest) -> int:
+    return int(request.param)
+
+
+@pytest.fixture
+def make_store(tmp_path: Path, format_version: int) -> Callable[..., litstore.Store]:
+    """Stores of the format ``format_version`` names, each in a fresh directory."""
+    counter = iter(range(1_000_000))
+
+    def make(**options: Any) -> litstore.Store:
+        return litstore.Store.create(tmp_path / f"store-{next(counter)}", format_version=format_version, **options)
+
+    return make
 
 
 def expected_diff(store: litstore.Store, old: int, new: int) -> Expected:
@@ -90,7 +107,9 @@ steps = st.lists(
 )
 
 
-def build(root: Path, plan: list[tuple[str, list[int], int]], chunk_bytes: int, interval: int) -> litstore.Store:
+def build(
+    root: Path, plan: list[tuple[str, list[int], int]], chunk_bytes: int, interval: int, format_version: int = 2
+) -> litstore.Store:
     """A store whose history follows ``plan``; every step that changes nothing commits nothing."""
     store = litstore.Store.create(
         root,
@@ -98,6 +117,7 @@ def build(root: Path, plan: list[tuple[str, list[int], int]], chunk_bytes: int, 
         splits=litstore.HashSplit(train=0.5, val=0.5),
         chunk_bytes=chunk_bytes,
         checkpoint_interval=interval,
+        format_version=format_version,
     )
     live: dict[str, int] = {}
     gone: dict[str, int] = {}
@@ -146,12 +166,17 @@ def live_numbers(store: litstore.Store) -> list[int]:
 
 @pytest.mark.integration  # 20 stores of many versions: seconds, not in the fast loop
 @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(plan=steps, chunk_bytes=st.sampled_from((128, 1024, 1 << 20)), interval=st.sampled_from((1, 3, 64)))
+@given(
+    plan=steps,
+    chunk_bytes=st.sampled_from((128, 1024, 1 << 20)),
+    interval=st.sampled_from((1, 3, 64)),
+    format_version=st.sampled_from((2, 3)),
+)
 def test_diff_of_every_pair_of_versions_equals_the_full_join(
-    plan: list[tuple[str, list[int], int]], chunk_bytes: int, interval: int
+    plan: list[tuple[str, list[int], int]], chunk_bytes: int, interval: int, format_version: int
 ) -> None:
     with tempfile.TemporaryDirectory() as directory:
-        store = build(Path(directory) / "store", plan, chunk_bytes, interval)
+        store = build(Path(directory) / "store", plan, chunk_bytes, interval, format_version)
         check_every_pair(store, live_numbers(store))
         numbers = live_numbers(store)
         old, new = numbers[0], numbers[-1]
@@ -249,14 +274,17 @@ def test_deltas_in_small_row_groups_give_the_same_diff(make_store: Callable[...,
     check_every_pair(store, live_numbers(store))
 
 
-def test_a_damaged_manifest_file_raises_integrity_error(make_store: Callable[..., litstore.Store]) -> None:
-    # One damaged delta between the versions, then one in the older version's chain:
-    # the concurrent reads end and the error names the file.
+def test_a_damaged_manifest_file_raises_integrity_error(
+    make_store: Callable[..., litstore.Store], format_version: int
+) -> None:
+    # One damaged delta between the versions, then (format 2) one in the older version's
+    # chain: the concurrent reads end and the error names the file. A format-3 diff
+    # reads no file of the older version's chain.
     store = make_store(key="id", chunk_bytes=256)
     store.append([_record(f"k{i:02d}", i) for i in range(20)])
     store.upsert([_record("k05", -5)])
     store.delete(["k06"])
-    for number in (2, 1):
+    for number in (2, 1) if format_version == 2 else (3, 2):
         manifest = store.at(number).version.manifest
         assert manifest is not None
         path = Path(store.root) / manifest

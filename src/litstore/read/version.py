@@ -29,6 +29,7 @@ import xxhash
 from litstore._litdata.index import ChunkInfo
 from litstore.errors import IntegrityError, KeyNotFoundError, VersionNotFoundError, describe
 from litstore.format import hashing
+from litstore.format import manifest as manifest_format
 from litstore.format.models import ExpiredVersion, StoreConfig, Version, declared_fields
 from litstore.read import keyruns, log
 from litstore.read.checked import RecordCheck
@@ -305,6 +306,47 @@ class VersionReader:
             raise
         status[~np.array(valid, dtype=bool)] = keyruns.ABSENT
         return status, names, entries
+
+    def indexed_rows(self, keys: pa.Array) -> pa.Table:
+        """The rows (``key``, ``content_hash``, ``split``) of those of ``keys`` this version holds, from its key runs.
+
+        What a diff needs of the keys a few commits touched, without the manifest: the
+        run entries give each key's chunk and committed content hash, and the split of
+        a chunk is the split whose index lists it (:meth:`chunks`: O(chunks)). No
+        record is read, so nothing here is confirmed by a record's key: a lying entry
+        gives a wrong content hash, which a diff's fingerprint check catches. Format 3.
+
+        Raises:
+            IntegrityError: a run is damaged, or an entry names a chunk no split index of the version lists.
+            VersionNotFoundError: gc expired the version while this handle read it.
+        """
+        key_type = self._config.key_type
+        schema = manifest_format.schema(key_type)
+        listed = keys.to_pylist()
+        status, names, entries = self._locate(listed)
+        live = np.flatnonzero(status == keyruns.LIVE)
+        chunks = self.chunks() if len(live) else {}
+        splits = {chunk.filename: split for split, listed_chunks in chunks.items() for chunk in listed_chunks}
+        found: list[str] = []
+        for position in live.tolist():
+            split = splits.get(names[position])
+            if split is None:
+                raise IntegrityError(
+                    f"the key index of version {self._version.number} puts key {listed[position]!r} in chunk "
+                    f"{names[position]}, which no split index of the version lists: the index is damaged; "
+                    "store.verify() checks the version"
+                )
+            found.append(split)
+        contents = np.ascontiguousarray(entries["content"][live]).tobytes()
+        return pa.table(
+            {
+                "key": keys.take(pa.array(live, pa.int64())).cast(schema.field("key").type),
+                "content_hash": pa.FixedSizeBinaryArray.from_buffers(
+                    pa.binary(16), len(live), [None, pa.py_buffer(contents)]
+                ),
+                "split": pa.array(found, pa.string()),
+            }
+        )
 
     def _find_in_runs(self, key: Key) -> Record | None:
         records = self._get_many_in_runs([key], None)
