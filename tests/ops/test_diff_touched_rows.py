@@ -16,6 +16,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -24,6 +25,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import litstore
+from litstore.format import hashing, keyrun
 from litstore.ops.diff import Diff, touched_rows
 
 Expected = dict[str, list[tuple[Any, str]]]
@@ -347,3 +349,51 @@ def test_the_fingerprint_guard_passes_for_keys_of_every_kind(make_store: Callabl
     for store in (text, integers):
         assert fast_diff(store, 1, 3) is not None and fast_diff(store, 3, 1) is not None
         assert check_every_pair(store, live_numbers(store)) == 16
+
+
+def _rewrite_run(store: litstore.Store, number: int, edit: Callable[[np.ndarray, list[str]], None]) -> None:
+    """Rewrite version ``number``'s newest key run consistently (page sums and all) after ``edit`` of its entries."""
+    version = store.at(number).version
+    (run,) = version.key_runs
+    entries, names = store.at(number).reader.key_runs()._runs[0].everything()
+    edit(entries, names)
+    data = keyrun.encode(entries, names)
+    assert len(data) == run.size
+    (Path(store.root) / run.path).write_bytes(data)
+
+
+def _entry_of(entries: np.ndarray, key: str) -> np.ndarray:
+    return entries["keyprint"] == np.array(hashing.keyprint(key), dtype="V16")
+
+
+def test_a_key_run_that_lies_about_a_content_hash_falls_back_to_the_full_join(tmp_path: Path) -> None:
+    store = litstore.Store.create(
+        tmp_path / "s", key="id", splits=litstore.HashSplit(train=0.5, val=0.5), format_version=3
+    )
+    store.append([_record(key, 1) for key in "abcd"])
+    store.upsert([_record("a", 2), _record("b", 1)])  # b unchanged: not rewritten
+
+    def plant(entries: np.ndarray, names: list[str]) -> None:
+        entries["content"][_entry_of(entries, "a")] = entries["content"][_entry_of(entries, "c")]
+
+    _rewrite_run(store, 1, plant)
+    assert fast_diff(store, 1, 2) is None and fast_diff(store, 2, 1) is None
+    for old, new in ((1, 2), (2, 1)):
+        expected = expected_diff(store, old, new)
+        assert [key for key, _ in expected["changed"]] == ["a"]
+        assert found(litstore.open(store.root).diff(old, new)) == expected
+
+
+def test_a_key_run_entry_naming_a_chunk_of_another_version_raises_integrity_error(tmp_path: Path) -> None:
+    store = litstore.Store.create(tmp_path / "s", key="id", format_version=3)
+    store.append([_record(key, 1) for key in "abc"])
+    store.upsert([_record("a", 2)])
+    later = next(chunk.filename for chunks in store.chunks().values() for chunk in chunks)
+    assert later not in {chunk.filename for chunks in store.at(1).chunks().values() for chunk in chunks}
+
+    def misplace(entries: np.ndarray, names: list[str]) -> None:
+        names[int(entries["chunk"][_entry_of(entries, "a")][0])] = later
+
+    _rewrite_run(store, 1, misplace)
+    with pytest.raises(litstore.IntegrityError, match=f"key 'a' in chunk {later}, which no split index"):
+        litstore.open(store.root).diff(1, 2)
