@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 
 import litstore
 from litstore.format import hashing, keyrun
-from litstore.ops.diff import Diff, touched_rows
+from litstore.ops.diff import Diff, _paired, touched_rows
 
 Expected = dict[str, list[tuple[Any, str]]]
 
@@ -397,3 +397,45 @@ def test_a_key_run_entry_naming_a_chunk_of_another_version_raises_integrity_erro
     _rewrite_run(store, 1, misplace)
     with pytest.raises(litstore.IntegrityError, match=f"key 'a' in chunk {later}, which no split index"):
         litstore.open(store.root).diff(1, 2)
+
+
+rows = st.lists(
+    st.tuples(st.sampled_from("abcdefgh"), st.sampled_from([b"1" * 16, b"2" * 16]), st.sampled_from(["x", "y"]))
+)
+
+
+def _rows_table(found: list[tuple[str, bytes, str]]) -> pa.Table:
+    columns = list(zip(*found, strict=True)) or [(), (), ()]
+    return pa.table(
+        {
+            "key": pa.array(columns[0], pa.string()),
+            "content_hash": pa.array(columns[1], pa.binary(16)),
+            "split": pa.array(columns[2], pa.string()),
+        }
+    )
+
+
+@settings(max_examples=100, deadline=None)
+@given(old=rows, new=rows, unique=st.booleans())
+def test_the_join_is_a_full_outer_join_on_the_key(
+    old: list[tuple[str, bytes, str]], new: list[tuple[str, bytes, str]], unique: bool
+) -> None:
+    """Keys with one row a side are matched by lookup; a key in several rows pairs each of them, as SQL does."""
+    if unique:
+        old, new = list({row[0]: row for row in old}.values()), list({row[0]: row for row in new}.values())
+    expected: dict[str, list[tuple[str, str]]] = {"added": [], "removed": [], "changed": []}
+    for key in sorted({row[0] for row in old + new}):
+        before, after = [row for row in old if row[0] == key], [row for row in new if row[0] == key]
+        if not before:
+            expected["added"] += [(key, row[2]) for row in after]
+        elif not after:
+            expected["removed"] += [(key, row[2]) for row in before]
+        else:
+            expected["changed"] += [(key, b[2]) for a in before for b in after if a[1] != b[1]]
+    expected = {kind: sorted(pairs) for kind, pairs in expected.items()}
+    diff = Diff.between(1, 2, _rows_table(old), _rows_table(new))
+    assert {kind: sorted(pairs) for kind, pairs in found(diff).items()} == expected
+    paired = Diff(1, 2, *_paired(_rows_table(old), _rows_table(new)))  # what whole manifests go through
+    assert {kind: sorted(pairs) for kind, pairs in found(paired).items()} == expected
+    for table in (diff.added, diff.removed, diff.changed, paired.added, paired.removed, paired.changed):
+        assert table.column("key").to_pylist() == sorted(table.column("key").to_pylist())

@@ -15,8 +15,11 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
 import threading
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -274,3 +277,28 @@ def test_every_file_of_the_history_has_a_kind(stores: tuple[litstore.Store, lits
     paths = [info.path for top in ("versions", "manifests", "fragments", "tags") for info in storage.walk(top)]
     kinds = {_kind(path) for path in [*paths, "litstore.json"]}
     assert kinds == {kind for kind, _ in _KINDS}, sorted(path for path in paths if _kind(path) == "other")
+
+
+def test_a_fresh_process_answers_without_importing_pandas(tmp_path: Path) -> None:
+    """pyarrow's conversions from Python import pandas (a third of a second): lookups and a near diff make none."""
+    store = litstore.Store.create(tmp_path / "s", key="id", chunk_bytes=4096, format_version=3)
+    store.append([_record(f"k{i:03d}", 0) for i in range(300)])
+    store.upsert([_record("k001", 1), _record("new", 0)])
+    store.delete(["k002"])
+    code = (
+        "import sys, litstore\n"
+        "store = litstore.open(sys.argv[1])\n"
+        "assert store['k001']['rev'] == 1 and 'k002' not in store and len(store.get_many(['k003', 'new'])) == 2\n"
+        "counts = [store.diff(2, 3).counts, store.diff(1, 3).counts, store.diff(3, 1).counts, store.diff(3).counts]\n"
+        "print(counts, 'pandas' in sys.modules)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code, str(tmp_path / "s")], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    changes = [
+        {"added": 0, "removed": 1, "changed": 0},
+        {"added": 1, "removed": 1, "changed": 1},
+        {"added": 1, "removed": 1, "changed": 1},
+        {"added": 0, "removed": 0, "changed": 0},
+    ]
+    assert result.stdout.split("] ")[1].strip() == "False", result.stdout
+    assert json.loads(result.stdout.split("] ")[0].replace("'", '"') + "]") == changes

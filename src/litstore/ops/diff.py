@@ -49,6 +49,8 @@ _DELTA_COLUMNS = (*DIFF_COLUMNS, "change")
 # full-size delta costs it about a tenth of what composing and joining a whole manifest
 # of that size costs (1M keys: 0.05 s of 1.2 s).
 _DELTA_SIZE_RATIO = 4.0
+# Rows of both sides up to which _join matches keys by lookup rather than by Arrow's join engine.
+_LOOKUP_JOIN_ROWS = 1 << 16
 # Manifest files read at once: Parquet decoding releases the GIL, and remote reads overlap.
 _CONCURRENT_READS = 4
 
@@ -268,7 +270,7 @@ def _rows_by_index(
     high_rows = compose(config.key_type, deltas, None, columns=DIFF_COLUMNS)
     key_type = manifest_format.schema(config.key_type).field("key").type
     touched = pa.chunked_array([part for delta in deltas for part in delta.column("key").chunks], key_type)
-    keys = pc.unique(touched.combine_chunks()) if len(touched) else pa.array([], key_type)
+    keys = pc.unique(touched.combine_chunks()) if len(touched) else pa.nulls(0, key_type)
     low_rows = reader.indexed_rows(keys) if len(keys) else high_rows.slice(0, 0)
     return low_rows, high_rows
 
@@ -418,10 +420,47 @@ def _join(old: pa.Table, new: pa.Table) -> tuple[pa.Table, pa.Table, pa.Table]:
     whole manifests, or any of their rows that include every key whose row differs.
     Each result has columns ``key`` and ``split`` (the new split for added and changed
     keys, the old one for removed keys), sorted by key: what SQL's ``FULL OUTER JOIN
-    ... USING (key)`` of the two gives (a key in several rows pairs each of them),
-    done by Arrow: on the few thousand rows of a diff of touched keys a DuckDB
-    connection costs more than the join, and on whole manifests Arrow is as fast.
+    ... USING (key)`` of the two gives (a key in several rows pairs each of them).
+
+    Done by Arrow. On the few rows of a diff of touched keys, where each key has one
+    row a side, each new row's key is looked up among the old rows (``index_in``): a
+    DuckDB connection, or Arrow's join engine (whose import loads pandas: a third of a
+    second a process), would cost far more than the diff. Whole manifests go through
+    Arrow's join (:func:`_paired`): there, checking that keys are distinct costs more
+    than the join saves.
     """
+    if old.num_rows + new.num_rows > _LOOKUP_JOIN_ROWS:
+        return _paired(old, new)
+    old, new = _flat(old), _flat(new)
+    old_keys, new_keys = old.column("key").chunk(0), new.column("key").chunk(0)
+    if pc.count_distinct(old_keys).as_py() < len(old_keys) or pc.count_distinct(new_keys).as_py() < len(new_keys):
+        return _paired(old, new)
+    partner = pc.index_in(new_keys, value_set=old_keys)  # the old row of each new row's key, or null
+    added = pc.is_null(partner)
+    other = pc.not_equal(new.column("content_hash"), old.column("content_hash").take(partner))
+    changed = pc.and_kleene(pc.invert(added), other)  # false where added (its partner is null)
+    removed = pc.invert(pc.is_in(old_keys, value_set=new_keys))
+    return _by_key(new, added), _by_key(old, removed), _by_key(new, changed)
+
+
+def _flat(rows: pa.Table) -> pa.Table:
+    """:data:`DIFF_COLUMNS` of ``rows``, each one array (made without pa.array where a column has no chunks)."""
+    columns = {}
+    for name in DIFF_COLUMNS:
+        column = rows.column(name)
+        columns[name] = column.combine_chunks() if column.num_chunks else pa.nulls(0, column.type)
+    return pa.table(columns)
+
+
+def _by_key(rows: pa.Table, where: pa.Array) -> pa.Table:
+    """``key`` and ``split`` of the ``rows`` that ``where`` marks, sorted by key."""
+    found = rows.filter(where)
+    found = found.take(pc.sort_indices(found.column("key")))
+    return pa.table({"key": found.column("key"), "split": found.column("split").cast(pa.string())})
+
+
+def _paired(old: pa.Table, new: pa.Table) -> tuple[pa.Table, pa.Table, pa.Table]:
+    """:func:`_join` by Arrow's full outer join: a key in several rows of a side pairs each of them."""
     left = pa.table(
         {
             "key": old.column("key"),

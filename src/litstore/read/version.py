@@ -337,14 +337,20 @@ class VersionReader:
                     "store.verify() checks the version"
                 )
             found.append(split)
-        contents = np.ascontiguousarray(entries["content"][live]).tobytes()
+        # Arrays made from buffers: pa.array imports pandas the first time (a third of a second a process).
+        where = pa.Array.from_buffers(pa.int64(), len(live), [None, pa.py_buffer(live.astype(np.int64))])
+        contents = pa.py_buffer(np.ascontiguousarray(entries["content"][live]).tobytes())
+        encoded = [split.encode() for split in found]
+        offsets = np.zeros(len(encoded) + 1, dtype=np.int32)
+        np.cumsum([len(split) for split in encoded], out=offsets[1:])
+        splits_found = pa.Array.from_buffers(
+            pa.string(), len(encoded), [None, pa.py_buffer(offsets), pa.py_buffer(b"".join(encoded))]
+        )
         return pa.table(
             {
-                "key": keys.take(pa.array(live, pa.int64())).cast(schema.field("key").type),
-                "content_hash": pa.FixedSizeBinaryArray.from_buffers(
-                    pa.binary(16), len(live), [None, pa.py_buffer(contents)]
-                ),
-                "split": pa.array(found, pa.string()),
+                "key": keys.take(where).cast(schema.field("key").type),
+                "content_hash": pa.FixedSizeBinaryArray.from_buffers(pa.binary(16), len(live), [None, contents]),
+                "split": splits_found,
             }
         )
 
