@@ -136,8 +136,8 @@ def compose(
         if mentioned is not None:
             delta = _without_keys(delta, *mentioned)
         parts.append(without_change(delta, ChangeKind.DELETED).select(names).cast(target))
-        keys = delta.column("key").combine_chunks()
-        hashes = delta.column("key_hash").combine_chunks() if by_hash else None
+        keys = _one_array(delta.column("key"))
+        hashes = _one_array(delta.column("key_hash")) if by_hash else None
         if mentioned is not None:
             keys = pa.concat_arrays([mentioned[0], keys])
             if hashes is not None and mentioned[1] is not None:
@@ -156,6 +156,11 @@ def compose(
     if not parts:  # (not target.empty_table(): like pa.array, it imports pandas the first time)
         return pa.table([pa.nulls(0, field.type) for field in target], schema=target)
     return pa.concat_tables(parts[::-1])
+
+
+def _one_array(column: pa.ChunkedArray) -> pa.Array:
+    """``column`` combined (a column of no chunks combines by pa.array, which imports pandas the first time)."""
+    return column.combine_chunks() if column.num_chunks else pa.nulls(0, column.type)
 
 
 def without_change(delta: pa.Table, kind: ChangeKind) -> pa.Table:
