@@ -342,7 +342,7 @@ class VersionReader:
         contents = pa.py_buffer(np.ascontiguousarray(entries["content"][live]).tobytes())
         encoded = [split.encode() for split in found]
         offsets = np.zeros(len(encoded) + 1, dtype=np.int32)
-        np.cumsum([len(split) for split in encoded], out=offsets[1:])
+        np.cumsum(np.array([len(split) for split in encoded], dtype=np.int32), out=offsets[1:])
         splits_found = pa.Array.from_buffers(
             pa.string(), len(encoded), [None, pa.py_buffer(offsets), pa.py_buffer(b"".join(encoded))]
         )
