@@ -412,10 +412,10 @@ class Snapshot:
             VersionNotFoundError: no such version or tag.
             InvalidArgumentError: ``version`` is not a version number, tag name, ``Version`` or time.
         """
-        number = self.resolve(version)
-        if number == self.version.number:
+        record = self._record_of(version)
+        if record.number == self.version.number:
             return self
-        return Snapshot.of(self._reader.at(number), self._model)
+        return Snapshot.of(self._reader.successor(record), self._model)
 
     def diff(self, old: VersionRef, new: VersionRef | None = None, *, fields: bool = False) -> Diff:
         """Keys added, removed and changed from ``old`` to ``new`` (default: this version).
@@ -441,9 +441,20 @@ class Snapshot:
         """
         if isinstance(version, str):
             return log.read_tag(self.storage, version).version
-        if isinstance(version, datetime):
+        return self._record_of(version).number
+
+    def _record_of(self, version: VersionRef) -> Version:
+        """The commit record of the version ``version`` means, read once (none for this version's own).
+
+        Raises:
+            VersionNotFoundError: no such version or tag, or gc expired it.
+            InvalidArgumentError: ``version`` is of another type, or not a whole number.
+        """
+        if isinstance(version, str):
+            number = log.read_tag(self.storage, version).version
+        elif isinstance(version, datetime):
             return self._current_at(version)
-        if isinstance(version, Version):
+        elif isinstance(version, Version):
             number = version.number
         elif isinstance(version, (int, np.integer)) and not isinstance(version, (bool, np.bool_)):
             number = int(version)
@@ -453,21 +464,21 @@ class Snapshot:
                 f"a version is a whole number, a tag name, a Version or a datetime, not {shown!r} "
                 f"({type(version).__name__})"
             )
-        if number != self.version.number:
-            try:
-                if number < 0:
-                    raise VersionNotFoundError(f"version {number} does not exist")
-                log.read_version(self.storage, number)
-            except VersionNotFoundError as exc:
-                numbers = log.version_numbers(self.storage)
-                kept = f"; the oldest version kept is {numbers[0]} and the latest is {numbers[-1]}" if numbers else ""
-                raise VersionNotFoundError(f"{exc}{kept}") from None
-        return number
+        if number == self.version.number:
+            return self.version
+        try:
+            if number < 0:
+                raise VersionNotFoundError(f"version {number} does not exist")
+            return log.read_version(self.storage, number)
+        except VersionNotFoundError as exc:
+            numbers = log.version_numbers(self.storage)
+            kept = f"; the oldest version kept is {numbers[0]} and the latest is {numbers[-1]}" if numbers else ""
+            raise VersionNotFoundError(f"{exc}{kept}") from None
 
-    def _current_at(self, when: datetime) -> int:
+    def _current_at(self, when: datetime) -> Version:
         """The newest version committed at or before ``when`` (naive times are UTC)."""
         when = when if when.tzinfo else when.replace(tzinfo=UTC)
-        numbers = [version.number for version in self.versions() if version.created_at <= when]
-        if not numbers:
+        found = [version for version in self.versions() if version.created_at <= when]
+        if not found:
             raise VersionNotFoundError(f"no version kept was committed at or before {when:%Y-%m-%d %H:%M:%S %Z}")
-        return numbers[-1]
+        return found[-1]

@@ -1,10 +1,11 @@
 """``store.diff`` from the keys the commits between two versions touched equals the full join of their manifests.
 
 :func:`litstore.ops.diff.touched_rows` reads only the deltas between the two
-versions and looks the keys they touched up in the older one; the reference here is
-computed in Python from the two versions' whole manifests (``snapshot.manifest()``).
-Every example gets its own directory: function-scoped fixtures are not reset between
-Hypothesis examples.
+versions and looks the keys they touched up in the older one (its manifest chain in
+a format-2 store, its key runs in a format-3 one: every test runs on both); the
+reference here is computed in Python from the two versions' whole manifests
+(``snapshot.manifest()``). Every example gets its own directory: function-scoped
+fixtures are not reset between Hypothesis examples.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -23,9 +25,26 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import litstore
-from litstore.ops.diff import Diff, touched_rows
+from litstore.format import hashing, keyrun
+from litstore.ops.diff import Diff, _paired, touched_rows
 
 Expected = dict[str, list[tuple[Any, str]]]
+
+
+@pytest.fixture(params=[2, 3], ids=["format2", "format3"])
+def format_version(request: pytest.FixtureRequest) -> int:
+    return int(request.param)
+
+
+@pytest.fixture
+def make_store(tmp_path: Path, format_version: int) -> Callable[..., litstore.Store]:
+    """Stores of the format ``format_version`` names, each in a fresh directory."""
+    counter = iter(range(1_000_000))
+
+    def make(**options: Any) -> litstore.Store:
+        return litstore.Store.create(tmp_path / f"store-{next(counter)}", format_version=format_version, **options)
+
+    return make
 
 
 def expected_diff(store: litstore.Store, old: int, new: int) -> Expected:
@@ -90,7 +109,9 @@ steps = st.lists(
 )
 
 
-def build(root: Path, plan: list[tuple[str, list[int], int]], chunk_bytes: int, interval: int) -> litstore.Store:
+def build(
+    root: Path, plan: list[tuple[str, list[int], int]], chunk_bytes: int, interval: int, format_version: int = 2
+) -> litstore.Store:
     """A store whose history follows ``plan``; every step that changes nothing commits nothing."""
     store = litstore.Store.create(
         root,
@@ -98,6 +119,7 @@ def build(root: Path, plan: list[tuple[str, list[int], int]], chunk_bytes: int, 
         splits=litstore.HashSplit(train=0.5, val=0.5),
         chunk_bytes=chunk_bytes,
         checkpoint_interval=interval,
+        format_version=format_version,
     )
     live: dict[str, int] = {}
     gone: dict[str, int] = {}
@@ -146,12 +168,17 @@ def live_numbers(store: litstore.Store) -> list[int]:
 
 @pytest.mark.integration  # 20 stores of many versions: seconds, not in the fast loop
 @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(plan=steps, chunk_bytes=st.sampled_from((128, 1024, 1 << 20)), interval=st.sampled_from((1, 3, 64)))
+@given(
+    plan=steps,
+    chunk_bytes=st.sampled_from((128, 1024, 1 << 20)),
+    interval=st.sampled_from((1, 3, 64)),
+    format_version=st.sampled_from((2, 3)),
+)
 def test_diff_of_every_pair_of_versions_equals_the_full_join(
-    plan: list[tuple[str, list[int], int]], chunk_bytes: int, interval: int
+    plan: list[tuple[str, list[int], int]], chunk_bytes: int, interval: int, format_version: int
 ) -> None:
     with tempfile.TemporaryDirectory() as directory:
-        store = build(Path(directory) / "store", plan, chunk_bytes, interval)
+        store = build(Path(directory) / "store", plan, chunk_bytes, interval, format_version)
         check_every_pair(store, live_numbers(store))
         numbers = live_numbers(store)
         old, new = numbers[0], numbers[-1]
@@ -249,14 +276,17 @@ def test_deltas_in_small_row_groups_give_the_same_diff(make_store: Callable[...,
     check_every_pair(store, live_numbers(store))
 
 
-def test_a_damaged_manifest_file_raises_integrity_error(make_store: Callable[..., litstore.Store]) -> None:
-    # One damaged delta between the versions, then one in the older version's chain:
-    # the concurrent reads end and the error names the file.
+def test_a_damaged_manifest_file_raises_integrity_error(
+    make_store: Callable[..., litstore.Store], format_version: int
+) -> None:
+    # One damaged delta between the versions, then (format 2) one in the older version's
+    # chain: the concurrent reads end and the error names the file. A format-3 diff
+    # reads no file of the older version's chain.
     store = make_store(key="id", chunk_bytes=256)
     store.append([_record(f"k{i:02d}", i) for i in range(20)])
     store.upsert([_record("k05", -5)])
     store.delete(["k06"])
-    for number in (2, 1):
+    for number in (2, 1) if format_version == 2 else (3, 2):
         manifest = store.at(number).version.manifest
         assert manifest is not None
         path = Path(store.root) / manifest
@@ -319,3 +349,93 @@ def test_the_fingerprint_guard_passes_for_keys_of_every_kind(make_store: Callabl
     for store in (text, integers):
         assert fast_diff(store, 1, 3) is not None and fast_diff(store, 3, 1) is not None
         assert check_every_pair(store, live_numbers(store)) == 16
+
+
+def _rewrite_run(store: litstore.Store, number: int, edit: Callable[[np.ndarray, list[str]], None]) -> None:
+    """Rewrite version ``number``'s newest key run consistently (page sums and all) after ``edit`` of its entries."""
+    version = store.at(number).version
+    (run,) = version.key_runs
+    entries, names = store.at(number).reader.key_runs()._runs[0].everything()
+    edit(entries, names)
+    data = keyrun.encode(entries, names)
+    assert len(data) == run.size
+    (Path(store.root) / run.path).write_bytes(data)
+
+
+def _entry_of(entries: np.ndarray, key: str) -> np.ndarray:
+    return entries["keyprint"] == np.array(hashing.keyprint(key), dtype="V16")
+
+
+def test_a_key_run_that_lies_about_a_content_hash_falls_back_to_the_full_join(tmp_path: Path) -> None:
+    store = litstore.Store.create(
+        tmp_path / "s", key="id", splits=litstore.HashSplit(train=0.5, val=0.5), format_version=3
+    )
+    store.append([_record(key, 1) for key in "abcd"])
+    store.upsert([_record("a", 2), _record("b", 1)])  # b unchanged: not rewritten
+
+    def plant(entries: np.ndarray, names: list[str]) -> None:
+        entries["content"][_entry_of(entries, "a")] = entries["content"][_entry_of(entries, "c")]
+
+    _rewrite_run(store, 1, plant)
+    assert fast_diff(store, 1, 2) is None and fast_diff(store, 2, 1) is None
+    for old, new in ((1, 2), (2, 1)):
+        expected = expected_diff(store, old, new)
+        assert [key for key, _ in expected["changed"]] == ["a"]
+        assert found(litstore.open(store.root).diff(old, new)) == expected
+
+
+def test_a_key_run_entry_naming_a_chunk_of_another_version_raises_integrity_error(tmp_path: Path) -> None:
+    store = litstore.Store.create(tmp_path / "s", key="id", format_version=3)
+    store.append([_record(key, 1) for key in "abc"])
+    store.upsert([_record("a", 2)])
+    later = next(chunk.filename for chunks in store.chunks().values() for chunk in chunks)
+    assert later not in {chunk.filename for chunks in store.at(1).chunks().values() for chunk in chunks}
+
+    def misplace(entries: np.ndarray, names: list[str]) -> None:
+        names[int(entries["chunk"][_entry_of(entries, "a")][0])] = later
+
+    _rewrite_run(store, 1, misplace)
+    with pytest.raises(litstore.IntegrityError, match=f"key 'a' in chunk {later}, which no split index"):
+        litstore.open(store.root).diff(1, 2)
+
+
+rows = st.lists(
+    st.tuples(st.sampled_from("abcdefgh"), st.sampled_from([b"1" * 16, b"2" * 16]), st.sampled_from(["x", "y"]))
+)
+
+
+def _rows_table(found: list[tuple[str, bytes, str]]) -> pa.Table:
+    columns = list(zip(*found, strict=True)) or [(), (), ()]
+    return pa.table(
+        {
+            "key": pa.array(columns[0], pa.string()),
+            "content_hash": pa.array(columns[1], pa.binary(16)),
+            "split": pa.array(columns[2], pa.string()),
+        }
+    )
+
+
+@settings(max_examples=100, deadline=None)
+@given(old=rows, new=rows, unique=st.booleans())
+def test_the_join_is_a_full_outer_join_on_the_key(
+    old: list[tuple[str, bytes, str]], new: list[tuple[str, bytes, str]], unique: bool
+) -> None:
+    """Keys with one row a side are matched by lookup; a key in several rows pairs each of them, as SQL does."""
+    if unique:
+        old, new = list({row[0]: row for row in old}.values()), list({row[0]: row for row in new}.values())
+    expected: dict[str, list[tuple[str, str]]] = {"added": [], "removed": [], "changed": []}
+    for key in sorted({row[0] for row in old + new}):
+        before, after = [row for row in old if row[0] == key], [row for row in new if row[0] == key]
+        if not before:
+            expected["added"] += [(key, row[2]) for row in after]
+        elif not after:
+            expected["removed"] += [(key, row[2]) for row in before]
+        else:
+            expected["changed"] += [(key, b[2]) for a in before for b in after if a[1] != b[1]]
+    expected = {kind: sorted(pairs) for kind, pairs in expected.items()}
+    diff = Diff.between(1, 2, _rows_table(old), _rows_table(new))
+    assert {kind: sorted(pairs) for kind, pairs in found(diff).items()} == expected
+    paired = Diff(1, 2, *_paired(_rows_table(old), _rows_table(new)))  # what whole manifests go through
+    assert {kind: sorted(pairs) for kind, pairs in found(paired).items()} == expected
+    for table in (diff.added, diff.removed, diff.changed, paired.added, paired.removed, paired.changed):
+        assert table.column("key").to_pylist() == sorted(table.column("key").to_pylist())

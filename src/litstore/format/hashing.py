@@ -202,12 +202,19 @@ def fingerprint_of(keys: pa.Array | pa.ChunkedArray, contents: pa.Array | pa.Chu
     The same number, computed without a Python object per key or hash: about a quarter
     of the cost, which matters on every write and on a diff's fingerprint check.
     """
+    if not len(keys):
+        return 0  # (combining no chunks makes an array with pa.array, see below)
     keys = keys.combine_chunks() if isinstance(keys, pa.ChunkedArray) else keys
     contents = contents.combine_chunks() if isinstance(contents, pa.ChunkedArray) else contents
+    # From buffers, not to_numpy() and pa.scalar(): those import pandas (a third of a second
+    # a process), which a fresh process's diff would otherwise pay for a few rows.
     if pa.types.is_integer(keys.type):
-        raw = np.asarray(keys.cast(pa.int64()).to_numpy(), dtype="<i8").tobytes()
+        wide = keys.cast(pa.int64())
+        values = np.frombuffer(wide.buffers()[1] or b"", dtype=np.int64, count=wide.offset + len(wide))[wide.offset :]
+        raw = values.astype("<i8").tobytes()
         keys = pa.FixedSizeBinaryArray.from_buffers(pa.binary(8), len(keys), [None, pa.py_buffer(raw)])
-    empty = pa.scalar(b"", pa.large_binary())
+    no_offsets = pa.py_buffer(np.zeros(2, dtype=np.int64))
+    empty = pa.LargeBinaryArray.from_buffers(pa.large_binary(), 1, [None, no_offsets, pa.py_buffer(b"")])[0]
     pairs = pc.binary_join_element_wise(keys.cast(pa.large_binary()), contents.cast(pa.large_binary()), empty)
     digests = b"".join(content_hashes(pairs))  # the pair hashes, without a Python bytes object per pair
     # Each digest is the hash's 4 big-endian 32-bit limbs: summed per limb in uint64

@@ -3,37 +3,37 @@
 The one module that answers it. :meth:`Diff.of` reads manifests only, never chunk data:
 when the version log says which keys the commits between the two versions touched, and
 the versions' fingerprints confirm that those keys are all that changed, only those
-keys' rows of both versions (:func:`touched_rows`, the fast path); otherwise both whole
-manifests. Either way :meth:`Diff.between` joins the two sets of rows. The results are
-the same, even where a delta row was relabelled after commit. :meth:`Diff.with_fields`
-then decodes the changed records alone (the old record from the old version, the new
-one from the new) to name the top-level fields whose values differ.
+keys' rows of both versions (:func:`touched_rows`, the fast path: the deltas between
+the versions, and the older version's rows of those keys from its key runs in a
+format-3 store, else from its manifest chain); otherwise both whole manifests. Either
+way :meth:`Diff.between` joins the two sets of rows. The results are the same, even
+where a delta row was relabelled after commit. :meth:`Diff.with_fields` then decodes
+the changed records alone (the old record from the old version, the new one from the
+new) to name the top-level fields whose values differ.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, TypeAlias
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from litstore.errors import InvalidArgumentError, UnsupportedValueError, describe
+from litstore.errors import InvalidArgumentError, MissingFileError, UnsupportedValueError, describe
 from litstore.format import codec, hashing, layout
 from litstore.format import manifest as manifest_format
 from litstore.format.manifest import ChangeKind
 from litstore.format.models import ExpiredVersion, StoreConfig, Version
 from litstore.read import log
 from litstore.read.manifests import compose, without_change
+from litstore.read.version import VersionReader
 from litstore.storage import Storage
-
-if TYPE_CHECKING:
-    from litstore.read.version import VersionReader
 
 # Changed records decoded at once by with_fields: bounds memory on large diffs.
 _FIELDS_BATCH = 1024
@@ -44,10 +44,13 @@ DIFF_COLUMNS = ("key", "content_hash", "split")
 _DELTA_COLUMNS = (*DIFF_COLUMNS, "change")
 # The fast diff reads the deltas between the versions in place of the newer one's chain
 # (its newest checkpoint, then deltas): worth it unless the deltas it reads instead of
-# that checkpoint are this many times bigger. It reads 4 of a delta's 8 columns and
-# joins only the touched rows: a full-size delta costs it about a tenth of what
-# composing and joining a whole manifest of that size costs (1M keys: 0.05 s of 1.2 s).
-_DELTA_BYTES_RATIO = 4.0
+# that checkpoint are this many times bigger (in bytes, or in rows where the commit
+# records tell). It reads 4 of a delta's 8 columns and joins only the touched rows: a
+# full-size delta costs it about a tenth of what composing and joining a whole manifest
+# of that size costs (1M keys: 0.05 s of 1.2 s).
+_DELTA_SIZE_RATIO = 4.0
+# Rows of both sides up to which _join matches keys by lookup rather than by Arrow's join engine.
+_LOOKUP_JOIN_ROWS = 1 << 16
 # Manifest files read at once: Parquet decoding releases the GIL, and remote reads overlap.
 _CONCURRENT_READS = 4
 
@@ -77,7 +80,7 @@ class Diff:
     def of(cls, old_view: VersionReader, new_view: VersionReader) -> Diff:
         """The diff of two versions, from the rows of the keys touched between them when the log allows."""
         old, new = old_view.version, new_view.version
-        rows = touched_rows(old_view.storage, old_view.config, old, new)
+        rows = touched_rows(old_view.storage, old_view.config, old, new, views=(old_view, new_view))
         if rows is None:
             return cls.between(old.number, new.number, old_view.manifest(), new_view.manifest())
         return cls.between(old.number, new.number, *rows)
@@ -200,34 +203,90 @@ def _same(old: Any, new: Any) -> bool:
             return False
 
 
-def touched_rows(storage: Storage, config: StoreConfig, old: Version, new: Version) -> tuple[pa.Table, pa.Table] | None:
+def touched_rows(
+    storage: Storage,
+    config: StoreConfig,
+    old: Version,
+    new: Version,
+    *,
+    views: Sequence[VersionReader] = (),
+) -> tuple[pa.Table, pa.Table] | None:
     """The rows (:data:`DIFF_COLUMNS`) of ``old`` and of ``new`` for every key the commits between them touched.
 
     A key that no commit between the two versions added, replaced or deleted has the
     same content hash and split in both: those commits' deltas mention it not at all
     or as ``moved``, and a moved row carries its parent's content hash and split. So
     the diff of these rows is the diff of the two versions, found by reading the
-    deltas between them and looking the touched keys up in the older version's chain
-    (checkpoint and deltas), without composing either version whole (both are
-    composed, by :func:`litstore.read.manifests.compose`, of those keys' rows alone).
-    Either order works.
+    deltas between them and looking the touched keys up in the older version, without
+    composing either version whole (the newer one's rows are composed, by
+    :func:`litstore.read.manifests.compose`, of the deltas alone). Where the older
+    version has a key index on disk (format 3), the touched keys are looked up in its
+    key runs (:meth:`VersionReader.indexed_rows`: a few pages, and its split indexes):
+    a diff of adjacent versions reads one delta whatever the store's size. Otherwise
+    they are searched for in its chain (checkpoint and deltas: the size of the store).
+    ``views`` are readers of either version whose caches (open runs, chunk lists) the
+    lookups may use. Either order works.
 
     Returns None when the log cannot say which keys were touched (gc expired a
     version between them, a delta is missing, a version wrote only a checkpoint and
     is not an ``add_fields`` of its parent's records), when the deltas between
     them are much bigger than the newer version's checkpoint they would stand in
     for, or when the rows found do not account for the difference of the two
-    versions' fingerprints (:func:`_accounts_for`: a delta edited after its commit):
-    the caller then compares whole manifests.
+    versions' fingerprints (:func:`_accounts_for`: a delta edited after its commit,
+    or a key run that lies): the caller then compares whole manifests.
 
     Raises:
-        IntegrityError: a manifest file or commit record is damaged.
+        IntegrityError: a manifest file, key run or commit record is damaged.
         VersionNotFoundError: gc expired a version of the older one's chain.
     """
     low, high = sorted((old, new), key=lambda version: version.number)
+    if config.writes_key_runs and (low.key_runs or not low.total):
+        reader = next((view for view in views if view.version.number == low.number), None)
+        rows = _rows_by_index(storage, config, low, high, reader or VersionReader(storage, config, low))
+    else:
+        rows = _rows_by_chain(storage, config, low, high)
+    if rows is None:
+        return None
+    low_rows, high_rows = rows
+    if not _accounts_for(low, high, _fingerprint(low_rows), _fingerprint(high_rows)):
+        return None
+    return (low_rows, high_rows) if old is low else (high_rows, low_rows)
+
+
+def _rows_by_index(
+    storage: Storage, config: StoreConfig, low: Version, high: Version, reader: VersionReader
+) -> tuple[pa.Table, pa.Table] | None:
+    """:func:`touched_rows` of ``low`` and ``high``, ``low``'s found in its key runs through ``reader``."""
+    between = _deltas_between(storage, low, high, _recorded_rows)
+    if between is None:
+        return None
+    paths, _ = between
+    try:
+        with ThreadPoolExecutor(max_workers=_CONCURRENT_READS) as pool:
+            read = pool.map(lambda path: _read(storage, config, path, _DELTA_COLUMNS, ChangeKind.MOVED), paths)
+            deltas = [without_change(delta, ChangeKind.MOVED) for delta in read]
+    except MissingFileError:
+        return None  # a delta no version's manifest needs any more (its version has a checkpoint)
+    high_rows = compose(config.key_type, deltas, None, columns=DIFF_COLUMNS)
+    key_type = manifest_format.schema(config.key_type).field("key").type
+    touched = pa.chunked_array([part for delta in deltas for part in delta.column("key").chunks], key_type)
+    keys = pc.unique(touched.combine_chunks()) if len(touched) else pa.nulls(0, key_type)
+    low_rows = reader.indexed_rows(keys) if len(keys) else high_rows.slice(0, 0)
+    return low_rows, high_rows
+
+
+def _rows_by_chain(
+    storage: Storage, config: StoreConfig, low: Version, high: Version
+) -> tuple[pa.Table, pa.Table] | None:
+    """:func:`touched_rows` of ``low`` and ``high``, ``low``'s searched for in its manifest chain."""
     sizes = {info.path: info.size for info in storage.walk(layout.MANIFESTS)}
     names = {path.removeprefix(f"{layout.MANIFESTS}/") for path in sizes}
-    between = _deltas_between(storage, low, high, sizes, names)
+
+    def file_sizes(version: Version, parent: Version) -> tuple[int | None, int | None]:
+        checkpoint = log.checkpoint_of(version, names)
+        return sizes.get(version.manifest or ""), sizes.get(checkpoint) if checkpoint is not None else None
+
+    between = _deltas_between(storage, low, high, file_sizes)
     if between is None:
         return None
     paths, announced = between
@@ -262,16 +321,13 @@ def touched_rows(storage: Storage, config: StoreConfig, old: Version, new: Versi
             low_files = low_files or [pool.submit(search, path, columns) for path, columns in low_chain]
         # While the older version's chain is read:
         high_rows = compose(config.key_type, deltas, None, columns=DIFF_COLUMNS)
-        high_sum = _fingerprint(high_rows)
         if len(touched):
             files = [file.result() for file in low_files]
             base = files.pop() if checkpoint is not None else None
             low_rows = compose(config.key_type, files, base, columns=DIFF_COLUMNS)
         else:
             low_rows = high_rows  # both empty
-    if not _accounts_for(low, high, _fingerprint(low_rows), high_sum):
-        return None
-    return (low_rows, high_rows) if old is low else (high_rows, low_rows)
+    return low_rows, high_rows
 
 
 def _accounts_for(low: Version, high: Version, low_sum: int | None, high_sum: int | None) -> bool:
@@ -298,35 +354,50 @@ def _fingerprint(rows: pa.Table) -> int | None:
     return hashing.fingerprint_of(keys, contents)
 
 
-def _deltas_between(
-    storage: Storage, low: Version, high: Version, sizes: dict[str, int], names: set[str]
-) -> tuple[list[str], bool] | None:
+#: The sizes of ``version``'s delta (``None``: it is missing) and of its checkpoint (``None``: it has none),
+#: given its parent; in any one unit: bytes of files, or rows.
+Sizes: TypeAlias = Callable[[Version, Version], tuple[int | None, int | None]]
+
+
+def _recorded_rows(version: Version, parent: Version) -> tuple[int | None, int | None]:
+    """:data:`Sizes` in rows, from the commit records alone: no listing of the manifests.
+
+    A commit adds its delta's rows to its parent's ``pending_rows``; one that writes a
+    checkpoint resets them, so its delta holds at most a row per key of its parent and
+    per key it added. Whether a delta is there is found when it is read.
+    """
+    if version.checkpoint is None:
+        return max(version.pending_rows - parent.pending_rows, 0), None
+    return parent.total + version.added, version.total
+
+
+def _deltas_between(storage: Storage, low: Version, high: Version, sizes: Sizes) -> tuple[list[str], bool] | None:
     """The deltas of the versions after ``low`` up to ``high`` (newest first), and whether any announces a change.
 
     None where those deltas cannot stand in for the newer version's chain: see :func:`touched_rows`.
     """
     paths: list[str] = []
     announced = False  # whether a commit record counts an added, replaced or removed record
-    checkpoint_bytes: int | None = None  # the newest checkpoint after ``low``
-    instead_bytes = 0  # bytes of the deltas at or below that checkpoint
+    checkpoint_size: int | None = None  # the newest checkpoint after ``low``
+    instead_size = 0  # the deltas at or below that checkpoint
     version = high
     while version.number > low.number:
         parent = low if version.number - 1 == low.number else log.read_record(storage, version.number - 1)
         if isinstance(parent, ExpiredVersion):
             return None
         announced = announced or bool(version.added or version.replaced or version.removed)
-        checkpoint = log.checkpoint_of(version, names)
-        if checkpoint_bytes is None and checkpoint in sizes:
-            checkpoint_bytes = sizes[checkpoint]
+        delta_size, own_checkpoint = sizes(version, parent)
+        if checkpoint_size is None:
+            checkpoint_size = own_checkpoint
         if version.manifest is not None:
-            if version.manifest not in sizes:
+            if delta_size is None:
                 return None
             paths.append(version.manifest)
-            instead_bytes += sizes[version.manifest] if checkpoint_bytes is not None else 0
+            instead_size += delta_size if checkpoint_size is not None else 0
         elif version.operation != "add_fields" or version.fingerprint != parent.fingerprint:
             return None  # add_fields writes no delta: it keeps its parent's records exactly
         version = parent
-    if checkpoint_bytes is not None and instead_bytes > _DELTA_BYTES_RATIO * checkpoint_bytes:
+    if checkpoint_size is not None and instead_size > _DELTA_SIZE_RATIO * checkpoint_size:
         return None
     return paths, announced
 
@@ -349,10 +420,47 @@ def _join(old: pa.Table, new: pa.Table) -> tuple[pa.Table, pa.Table, pa.Table]:
     whole manifests, or any of their rows that include every key whose row differs.
     Each result has columns ``key`` and ``split`` (the new split for added and changed
     keys, the old one for removed keys), sorted by key: what SQL's ``FULL OUTER JOIN
-    ... USING (key)`` of the two gives (a key in several rows pairs each of them),
-    done by Arrow: on the few thousand rows of a diff of touched keys a DuckDB
-    connection costs more than the join, and on whole manifests Arrow is as fast.
+    ... USING (key)`` of the two gives (a key in several rows pairs each of them).
+
+    Done by Arrow. On the few rows of a diff of touched keys, where each key has one
+    row a side, each new row's key is looked up among the old rows (``index_in``): a
+    DuckDB connection, or Arrow's join engine (whose import loads pandas: a third of a
+    second a process), would cost far more than the diff. Whole manifests go through
+    Arrow's join (:func:`_paired`): there, checking that keys are distinct costs more
+    than the join saves.
     """
+    if old.num_rows + new.num_rows > _LOOKUP_JOIN_ROWS:
+        return _paired(old, new)
+    old, new = _flat(old), _flat(new)
+    old_keys, new_keys = old.column("key").chunk(0), new.column("key").chunk(0)
+    if pc.count_distinct(old_keys).as_py() < len(old_keys) or pc.count_distinct(new_keys).as_py() < len(new_keys):
+        return _paired(old, new)
+    partner = pc.index_in(new_keys, value_set=old_keys)  # the old row of each new row's key, or null
+    added = pc.is_null(partner)
+    other = pc.not_equal(new.column("content_hash"), old.column("content_hash").take(partner))
+    changed = pc.and_kleene(pc.invert(added), other)  # false where added (its partner is null)
+    removed = pc.invert(pc.is_in(old_keys, value_set=new_keys))
+    return _by_key(new, added), _by_key(old, removed), _by_key(new, changed)
+
+
+def _flat(rows: pa.Table) -> pa.Table:
+    """:data:`DIFF_COLUMNS` of ``rows``, each one array (made without pa.array where a column has no chunks)."""
+    columns = {}
+    for name in DIFF_COLUMNS:
+        column = rows.column(name)
+        columns[name] = column.combine_chunks() if column.num_chunks else pa.nulls(0, column.type)
+    return pa.table(columns)
+
+
+def _by_key(rows: pa.Table, where: pa.Array) -> pa.Table:
+    """``key`` and ``split`` of the ``rows`` that ``where`` marks, sorted by key."""
+    found = rows.filter(where)
+    found = found.take(pc.sort_indices(found.column("key")))
+    return pa.table({"key": found.column("key"), "split": found.column("split").cast(pa.string())})
+
+
+def _paired(old: pa.Table, new: pa.Table) -> tuple[pa.Table, pa.Table, pa.Table]:
+    """:func:`_join` by Arrow's full outer join: a key in several rows of a side pairs each of them."""
     left = pa.table(
         {
             "key": old.column("key"),

@@ -136,8 +136,8 @@ def compose(
         if mentioned is not None:
             delta = _without_keys(delta, *mentioned)
         parts.append(without_change(delta, ChangeKind.DELETED).select(names).cast(target))
-        keys = delta.column("key").combine_chunks()
-        hashes = delta.column("key_hash").combine_chunks() if by_hash else None
+        keys = _one_array(delta.column("key"))
+        hashes = _one_array(delta.column("key_hash")) if by_hash else None
         if mentioned is not None:
             keys = pa.concat_arrays([mentioned[0], keys])
             if hashes is not None and mentioned[1] is not None:
@@ -153,7 +153,14 @@ def compose(
         if mentioned is not None and len(mentioned[0]):
             base = _without_keys(base, *mentioned)
         parts.append(base.select(names).cast(target))
-    return pa.concat_tables(parts[::-1]) if parts else target.empty_table()
+    if not parts:  # (not target.empty_table(): like pa.array, it imports pandas the first time)
+        return pa.table([pa.nulls(0, field.type) for field in target], schema=target)
+    return pa.concat_tables(parts[::-1])
+
+
+def _one_array(column: pa.ChunkedArray) -> pa.Array:
+    """``column`` combined (a column of no chunks combines by pa.array, which imports pandas the first time)."""
+    return column.combine_chunks() if column.num_chunks else pa.nulls(0, column.type)
 
 
 def keys_at(manifest: pa.Table, chunk: str, rows: np.ndarray) -> list[Any]:
@@ -172,7 +179,9 @@ def without_change(delta: pa.Table, kind: ChangeKind) -> pa.Table:
         masks = []
         for chunk in change.chunks:
             codes = [code for code, value in enumerate(chunk.dictionary.to_pylist()) if value == str(kind)]
-            masks.append(pc.is_in(chunk.indices, value_set=pa.array(codes, chunk.indices.type)))
+            # Made from a buffer: pa.array imports pandas the first time (a third of a second a process).
+            wanted = pa.Array.from_buffers(pa.int64(), len(codes), [None, pa.py_buffer(np.array(codes, np.int64))])
+            masks.append(pc.is_in(chunk.indices, value_set=wanted.cast(chunk.indices.type)))
         found = pa.chunked_array(masks, pa.bool_())
     else:
         found = pc.equal(change, str(kind))

@@ -29,6 +29,7 @@ import xxhash
 from litstore._litdata.index import ChunkInfo
 from litstore.errors import IntegrityError, KeyNotFoundError, VersionNotFoundError, describe
 from litstore.format import hashing, keyrun
+from litstore.format import manifest as manifest_format
 from litstore.format.models import ExpiredVersion, StoreConfig, Version, declared_fields
 from litstore.read import chunkhashes, keyruns, log
 from litstore.read.checked import RecordCheck
@@ -339,6 +340,53 @@ class VersionReader:
         if valid is not None:
             status[~valid] = keyruns.ABSENT
         return status, names, entries
+
+    def indexed_rows(self, keys: pa.Array) -> pa.Table:
+        """The rows (``key``, ``content_hash``, ``split``) of those of ``keys`` this version holds, from its key runs.
+
+        What a diff needs of the keys a few commits touched, without the manifest: the
+        run entries give each key's chunk and committed content hash, and the split of
+        a chunk is the split whose index lists it (:meth:`chunks`: O(chunks)). No
+        record is read, so nothing here is confirmed by a record's key: a lying entry
+        gives a wrong content hash, which a diff's fingerprint check catches. Format 3.
+
+        Raises:
+            IntegrityError: a run is damaged, or an entry names a chunk no split index of the version lists.
+            VersionNotFoundError: gc expired the version while this handle read it.
+        """
+        key_type = self._config.key_type
+        schema = manifest_format.schema(key_type)
+        listed = keys.to_pylist()
+        status, names, entries = self._locate(listed)
+        live = np.flatnonzero(status == keyruns.LIVE)
+        chunks = self.chunks() if len(live) else {}
+        splits = {chunk.filename: split for split, listed_chunks in chunks.items() for chunk in listed_chunks}
+        found: list[str] = []
+        for position in live.tolist():
+            split = splits.get(names[position])
+            if split is None:
+                raise IntegrityError(
+                    f"the key index of version {self._version.number} puts key {listed[position]!r} in chunk "
+                    f"{names[position]}, which no split index of the version lists: the index is damaged; "
+                    "store.verify() checks the version"
+                )
+            found.append(split)
+        # Arrays made from buffers: pa.array imports pandas the first time (a third of a second a process).
+        where = pa.Array.from_buffers(pa.int64(), len(live), [None, pa.py_buffer(live.astype(np.int64))])
+        contents = pa.py_buffer(np.ascontiguousarray(entries["content"][live]).tobytes())
+        encoded = [split.encode() for split in found]
+        offsets = np.zeros(len(encoded) + 1, dtype=np.int32)
+        np.cumsum(np.array([len(split) for split in encoded], dtype=np.int32), out=offsets[1:])
+        splits_found = pa.Array.from_buffers(
+            pa.string(), len(encoded), [None, pa.py_buffer(offsets), pa.py_buffer(b"".join(encoded))]
+        )
+        return pa.table(
+            {
+                "key": keys.take(where).cast(schema.field("key").type),
+                "content_hash": pa.FixedSizeBinaryArray.from_buffers(pa.binary(16), len(live), [None, contents]),
+                "split": splits_found,
+            }
+        )
 
     def _find_in_runs(self, key: Key) -> Record | None:
         records = self._get_many_in_runs([key], None)
