@@ -22,17 +22,20 @@ import pydantic
 from litstore import txn
 from litstore._litdata.index import ChunkInfo
 from litstore.errors import (
+    ConflictError,
     InvalidArgumentError,
     MissingFileError,
     SchemaError,
     StoreExistsError,
     StoreNotFoundError,
     UncertainCommitError,
+    VersionNotFoundError,
     first_problem,
 )
 from litstore.format import config as config_format
 from litstore.format import layout
 from litstore.format.models import (
+    DEFAULT_STORE_FORMAT,
     FieldSplit,
     HashSplit,
     SplitRule,
@@ -132,11 +135,13 @@ class Store:
                 live records).
             storage_options: for ``s3://`` roots, keyword arguments of boto3's S3
                 client (``endpoint_url``, credentials, ...), also used for streaming.
-            format_version: the store's data format: 2 by default (:meth:`upgrade` moves it to 3);
-                3 makes each commit also write a key run (the key index on disk), so
-                a lookup, ``get_many``, ``in`` or an append's key check in a fresh
-                process reads a few pages of it instead of composing the manifest.
-                Older litstore releases refuse a format-3 store by its config.
+            format_version: the store's data format: 3 by default, where each commit
+                also writes a key run (the key index on disk) and each chunk a hashes
+                sidecar, so a lookup, ``get_many``, ``in``, an append's key check,
+                a near ``diff``, ``items()`` or ``dataset()`` in a fresh process reads
+                what its answer needs instead of composing the manifest. 2 writes
+                neither, for litstore releases before format 3, which refuse a
+                format-3 store by its config (:meth:`upgrade` moves a store to 3).
 
         Raises:
             StoreExistsError: ``root`` already holds a store, or other files.
@@ -159,7 +164,7 @@ class Store:
                 chunk_bytes=chunk_bytes,
                 checkpoint_interval=checkpoint_interval,
                 created_at=datetime.now(UTC),
-                **({} if format_version is None else {"format_version": format_version}),
+                format_version=DEFAULT_STORE_FORMAT if format_version is None else format_version,
             )
         except pydantic.ValidationError as exc:
             raise InvalidArgumentError(f"cannot create a store: {first_problem(exc, 'argument')}") from None
@@ -418,7 +423,13 @@ class Store:
         unchanged: Sequence[Key] = (),
     ) -> Version:
         """Stage ``runs`` and commit them; ``unchanged`` (filled while ``runs`` are read) as :func:`txn.commit` says."""
-        staged = txn.stage(self.storage, self.config, runs, progress)
+        try:
+            staged = txn.stage(self.storage, self.config, runs, progress)
+        except VersionNotFoundError as exc:  # checking the runs read the head's manifest, and gc had expired it
+            raise ConflictError(
+                f"version {self.version.number}, which this handle writes on, was expired by gc since it was "
+                f"read ({exc}): Store.refresh() moves to the newest version; then write again"
+            ) from exc
         fragments = [staged]
         if not len(staged):
             txn.discard(self.storage, staged)

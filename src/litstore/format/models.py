@@ -42,10 +42,11 @@ FORMAT_VERSION = 1
 #: commit also writes a key run (:mod:`litstore.format.keyrun`), so a lookup reads a few
 #: pages of the key index on disk instead of composing the manifest.
 STORE_FORMAT_VERSION = 3
-#: The format ``Store.create`` gives a store unless asked for another: 2 while the readers
-#: that still compose the manifest (upsert planning, diff, streaming) are moved onto the
-#: key runs; ``Store.create(format_version=3)`` opts in.
-DEFAULT_STORE_FORMAT = 2
+#: The format ``Store.create`` gives a store unless asked for another.
+DEFAULT_STORE_FORMAT = 3
+#: The format of a stored config that does not say (none litstore wrote: every config it
+#: writes names its format).
+_UNSTATED_STORE_FORMAT = 2
 
 _SPLIT_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}")
 
@@ -182,7 +183,7 @@ class StoreConfig(_Frozen):
     litstore stays readable, and its writes refuse any chunk that reaches the limit.
     """
 
-    format_version: int = Field(default=DEFAULT_STORE_FORMAT, ge=1)
+    format_version: int = Field(default=_UNSTATED_STORE_FORMAT, ge=1)
     key: str
     key_type: Literal["str", "int"] = "str"
     splits: SplitRule
