@@ -43,7 +43,7 @@ from litstore.format.models import StoreConfig, Version
 from litstore.read import chunkhashes, log
 from litstore.read.chunkhashes import ChunkHashes
 from litstore.read.keyindex import KeyIndex
-from litstore.read.manifests import ManifestCache, compose_manifest
+from litstore.read.manifests import ManifestCache
 from litstore.read.version import MISSING, Key, Record, VersionReader
 from litstore.storage import Storage
 
@@ -219,18 +219,19 @@ class Snapshot:
         expected_keys: Iterable[Key] | None = None,
         *,
         progress: bool = False,
+        num_workers: int = 0,
     ) -> VerifyReport:
         """Check this version against its data and return a report.
 
         Reads every chunk of the version: see :mod:`litstore.ops.verify` for what is
         checked. ``expected_keys``, if given, must be exactly the version's keys.
+        ``num_workers`` processes read and hash the chunks (0: this one).
         """
         from litstore.ops import verify
 
         # Read everything from storage again: verify must not trust what is in memory.
-        listed = compose_manifest(self.storage, self.config, self.version.number)
         chunks = log.read_chunks(self.storage, self.version)
-        return verify.verify(self.storage, self.config, self.version, listed, chunks, expected_keys, progress)
+        return verify.verify(self.storage, self.config, self.version, chunks, expected_keys, progress, num_workers)
 
     def dataset(
         self,

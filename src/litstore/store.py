@@ -701,10 +701,15 @@ class Store:
         return self._view(version).sql(sql)
 
     def verify(
-        self, version: VersionRef | None = None, expected_keys: Iterable[Key] | None = None, *, progress: bool = False
+        self,
+        version: VersionRef | None = None,
+        expected_keys: Iterable[Key] | None = None,
+        *,
+        progress: bool = False,
+        num_workers: int = 0,
     ) -> VerifyReport:
         """Check ``version`` (default: the head) against its data; see :meth:`Snapshot.verify`."""
-        return self._view(version).verify(expected_keys, progress=progress)
+        return self._view(version).verify(expected_keys, progress=progress, num_workers=num_workers)
 
     def dataset(self, version: VersionRef | None = None, split: str | None = None, **kwargs: Any) -> VersionDataset:
         """Stream ``version`` (default: the head), or a subset (``where=``, ``keys=``); see :meth:`Snapshot.dataset`."""

@@ -259,6 +259,14 @@ def test_verify_exits_1_when_a_chunk_byte_is_flipped(tmp_path: Path) -> None:
     assert cli_json("verify", root, "--no-progress", code=1)["ok"] is False
 
 
+def test_verify_num_workers_must_not_be_negative(tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    cli("create", root)
+    cli("import", root, _write_jsonl(tmp_path / "in.jsonl", [_record(i) for i in range(10)]), "--no-progress")
+    assert cli_json("verify", root, "--no-progress", "--num-workers", "0")["ok"] is True
+    cli("verify", root, "--no-progress", "--num-workers", "-1", code=2)
+
+
 def test_user_errors_exit_2_with_one_line(tmp_path: Path) -> None:
     missing = tmp_path / "nowhere"
     assert str(missing) in _error_line(cli("log", missing, code=2))

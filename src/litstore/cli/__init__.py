@@ -382,6 +382,7 @@ def verify(
         Path | None, typer.Option(help="A file of the keys the version must hold exactly, one per line.")
     ] = None,
     progress: ProgressOpt = True,
+    num_workers: Annotated[int, typer.Option(min=0, help="Processes that read and hash the chunks (0: this one).")] = 0,
     endpoint_url: EndpointOpt = None,
     storage_option: StorageOpts = None,
     as_json: JsonOpt = False,
@@ -392,7 +393,9 @@ def verify(
     if expected_keys is not None:
         lines = _read_text(expected_keys).splitlines()
         keys = [_key(store, line.strip()) for line in lines if line.strip()]
-    report = store.verify(None if version is None else version_ref(store, version), keys, progress=progress)
+    report = store.verify(
+        None if version is None else version_ref(store, version), keys, progress=progress, num_workers=num_workers
+    )
     if as_json:
         _print_json(
             {

@@ -14,7 +14,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 import numpy as np
 import pyarrow as pa
@@ -134,19 +134,33 @@ def content_hashes(encodings: pa.LargeBinaryArray, skip: int = 0) -> list[bytes]
     ``skip=4`` hashes framed items (:func:`~litstore.format.columnar.encode_table`
     with ``sized``) without their length prefix.
     """
+    digests: list[bytes] = []
+    for part in _hashed_parts(encodings, skip):
+        digests += part
+    return digests
+
+
+def content_hash_array(encodings: pa.LargeBinaryArray, skip: int = 0) -> np.ndarray:
+    """:func:`content_hashes` as the rows of an ``(n, 16)`` uint8 array, without a list of ``bytes`` in between."""
+    parts = [np.empty(0, "S16")]
+    parts += (np.fromiter(part, "S16") for part in _hashed_parts(encodings, skip))
+    return np.concatenate(parts).view(np.uint8).reshape(-1, 16)
+
+
+def _hashed_parts(encodings: pa.LargeBinaryArray, skip: int) -> Iterator[Iterator[bytes]]:
+    """The content hashes of ``encodings`` (see :func:`content_hashes`), as iterators over consecutive slices."""
     offsets = columnar.value_offsets(encodings)
     if len(encodings) and int(offsets[-1] - offsets[0]) < (_SMALL_ITEM + skip) * len(encodings):
         # Small items (fingerprint pairs, small records): bytes made by Arrow cost less than
         # slicing the buffer from Python (2-3x below ~500 bytes an item; a copy each above).
         if skip:
             encodings = pc.binary_slice(encodings, skip, 2**40)  # one copy without the prefixes, in C
-        digests: list[bytes] = []
         for start in range(0, len(encodings), _HASH_SLICE):
-            digests += map(xxhash.xxh3_128_digest, encodings.slice(start, _HASH_SLICE).to_pylist())
-        return digests
+            yield map(xxhash.xxh3_128_digest, encodings.slice(start, _HASH_SLICE).to_pylist())
+        return
     data = memoryview(encodings.buffers()[2] or b"")
     spans = map(slice, (offsets[:-1] + skip).tolist(), offsets[1:].tolist())
-    return list(map(xxhash.xxh3_128_digest, map(data.__getitem__, spans)))
+    yield map(xxhash.xxh3_128_digest, map(data.__getitem__, spans))
 
 
 #: Average item size below which :func:`content_hashes` hashes ``bytes`` made by Arrow.
@@ -189,11 +203,16 @@ def keyprint(key: str | int) -> bytes:
 
 def keyprint_array(keys: pa.Array | pa.ChunkedArray) -> bytes:
     """:func:`keyprint` of each key of an Arrow ``string`` or integer column, 16 bytes each, joined."""
+    return keyprint_rows(keys).tobytes()
+
+
+def keyprint_rows(keys: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    """:func:`keyprint` of each key of an Arrow ``string`` or integer column, as the rows of an ``(n, 16)`` array."""
     keys = keys.combine_chunks() if isinstance(keys, pa.ChunkedArray) else keys
     if pa.types.is_integer(keys.type):
         raw = np.asarray(keys.cast(pa.int64()).to_numpy(), dtype="<i8").tobytes()
         keys = pa.FixedSizeBinaryArray.from_buffers(pa.binary(8), len(keys), [None, pa.py_buffer(raw)])
-    return b"".join(content_hashes(keys.cast(pa.large_binary())))
+    return content_hash_array(keys.cast(pa.large_binary()))
 
 
 def fingerprint_of(keys: pa.Array | pa.ChunkedArray, contents: pa.Array | pa.ChunkedArray) -> int:
@@ -204,6 +223,12 @@ def fingerprint_of(keys: pa.Array | pa.ChunkedArray, contents: pa.Array | pa.Chu
     """
     if not len(keys):
         return 0  # (combining no chunks makes an array with pa.array, see below)
+    return digest_sum(pair_hashes(keys, contents))
+
+
+def pair_hashes(keys: pa.Array | pa.ChunkedArray, contents: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    """:func:`pair_hash` of each key (``string`` or integers) and content hash (no nulls), as ``(n, 16)`` big-endian
+    digest bytes, without a Python object per key or hash."""
     keys = keys.combine_chunks() if isinstance(keys, pa.ChunkedArray) else keys
     contents = contents.combine_chunks() if isinstance(contents, pa.ChunkedArray) else contents
     # From buffers, not to_numpy() and pa.scalar(): those import pandas (a third of a second
@@ -216,8 +241,12 @@ def fingerprint_of(keys: pa.Array | pa.ChunkedArray, contents: pa.Array | pa.Chu
     no_offsets = pa.py_buffer(np.zeros(2, dtype=np.int64))
     empty = pa.LargeBinaryArray.from_buffers(pa.large_binary(), 1, [None, no_offsets, pa.py_buffer(b"")])[0]
     pairs = pc.binary_join_element_wise(keys.cast(pa.large_binary()), contents.cast(pa.large_binary()), empty)
-    digests = b"".join(content_hashes(pairs))  # the pair hashes, without a Python bytes object per pair
+    return content_hash_array(pairs)
+
+
+def digest_sum(digests: np.ndarray) -> int:
+    """The sum modulo 2**128 of ``(n, 16)`` big-endian 128-bit digests (a fingerprint from pair hashes)."""
     # Each digest is the hash's 4 big-endian 32-bit limbs: summed per limb in uint64
     # (no overflow below 2**32 rows), then carried into one number.
-    limbs = np.frombuffer(digests, dtype=">u4").reshape(-1, 4).astype(np.uint64).sum(axis=0).tolist()
+    limbs = np.ascontiguousarray(digests).view(">u4").reshape(-1, 4).astype(np.uint64).sum(axis=0).tolist()
     return sum(int(limb) << (32 * (3 - place)) for place, limb in enumerate(limbs)) % FINGERPRINT_MODULUS

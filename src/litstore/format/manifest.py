@@ -27,7 +27,7 @@ Pure: no I/O beyond bytes in and out.
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from enum import StrEnum
 from typing import Any
 
@@ -276,6 +276,44 @@ def columns_from_parquet(
         if not kinds <= {str(kind) for kind in ChangeKind}:
             raise IntegrityError(f"manifest file {path} is damaged: unknown change kinds {sorted(map(str, kinds))}")
     return table
+
+
+def row_groups_of_parquet(
+    data: bytes, path: str, key_type: str, names: Sequence[str], delta: bool
+) -> Iterator[pa.Table]:
+    """The columns ``names`` (fixed ones, or a delta's ``change``) of a manifest or delta file, one row group at
+    a time: for readers that stream a large file and keep little of each row (``verify``).
+
+    Checked as :func:`columns_from_parquet` checks them; ``split``, ``chunk`` and
+    ``change`` stay dictionary-encoded. ``key_hash`` is never read (nor derived).
+
+    Raises:
+        IntegrityError: the file at ``path`` is damaged, lacks one of ``names``, or has a row without a key.
+    """
+    expected = delta_schema(key_type) if delta else schema(key_type)
+    encoded = ("split", "chunk", "change")
+    target = pa.schema(
+        [
+            field.with_type(pa.dictionary(pa.int32(), field.type)) if field.name in encoded else field
+            for field in (expected.field(name) for name in names)
+        ]
+    )
+    try:
+        file = pq.ParquetFile(pa.BufferReader(data), read_dictionary=[name for name in encoded if name in names])
+        groups = file.num_row_groups
+    except (pa.ArrowException, OSError, ValueError) as exc:
+        raise IntegrityError(f"manifest file {path} is damaged: {exc}") from exc
+    for group in range(groups):
+        try:
+            table = file.read_row_group(group, columns=list(names))
+            table = _with_key_hash(table, expected.field("key").type, derive=False).select(list(names)).cast(target)
+        except (pa.ArrowException, OSError, KeyError, ValueError) as exc:
+            raise IntegrityError(f"manifest file {path} is damaged: {exc}") from exc
+        if "change" in names:
+            kinds = {kind for chunk in table.column("change").chunks for kind in chunk.dictionary.to_pylist()}
+            if not kinds <= {str(kind) for kind in ChangeKind}:
+                raise IntegrityError(f"manifest file {path} is damaged: unknown change kinds {sorted(map(str, kinds))}")
+        yield table
 
 
 def _with_key_hash(table: pa.Table, key_type: pa.DataType, derive: bool = True) -> pa.Table:

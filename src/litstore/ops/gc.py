@@ -137,8 +137,9 @@ def choose_kept(
     return kept & set(numbers)
 
 
-def referenced_files(storage: Storage, version: Version) -> set[str]:
-    """Every file ``version`` needs: its record, indexes, manifest files, key runs, chunks and their hashes."""
+def referenced_files(storage: Storage, version: Version, chunks: bool = True) -> set[str]:
+    """Every file ``version`` needs: its record, indexes, manifest files, key runs and (``chunks``, read from its
+    indexes) chunks and their hashes sidecars."""
     files = {layout.version_record(version.number), *version.indexes.values()}
     if version.manifest:
         files.add(version.manifest)
@@ -147,9 +148,10 @@ def referenced_files(storage: Storage, version: Version) -> set[str]:
     if version.checkpoint:
         files.add(version.checkpoint)
     files.update(run.path for run in version.key_runs)
-    for chunks in log.read_chunks(storage, version).values():
-        files.update(chunk.filename for chunk in chunks)
-        files.update(layout.chunk_hashes(chunk.filename) for chunk in chunks)  # where written (format 3)
+    if chunks:
+        for listed in log.read_chunks(storage, version).values():
+            files.update(chunk.filename for chunk in listed)
+            files.update(layout.chunk_hashes(chunk.filename) for chunk in listed)  # where written (format 3)
     return files
 
 
@@ -178,9 +180,17 @@ def collect(
     versions = head.versions()
     recorded = _record_times(storage)
     kept = choose_kept(versions, _tagged(storage), keep_last, older_than, now, recorded)
+    cutoff = now - grace.total_seconds()
+    fragment_files = storage.walk(layout.FRAGMENTS)
     # Every index is read (and its chunk names checked) before anything is written, so a
-    # store gc refuses is left as it was.
-    references = {version.number: referenced_files(storage, version) for version in versions}
+    # store gc refuses is left as it was. Only a version that expires or a chunk older than
+    # the grace period can make a chunk go: without either, the commit records name every
+    # file gc must keep, and it reads no index (its cost is then that of the listings).
+    chunks_matter = len(kept) < len(versions) or any(
+        found.modified < cutoff and layout.is_chunk(found.path) and layout.is_own_file(found.path)
+        for found in fragment_files
+    )
+    references = {version.number: referenced_files(storage, version, chunks_matter) for version in versions}
     written: list[int] = []
     marked: list[int] = []
     try:
@@ -204,10 +214,9 @@ def collect(
         expired_files: set[str] = set()
         for version in versions:
             (needed if version.number in kept else expired_files).update(references[version.number])
-        cutoff = now - grace.total_seconds()
         doomed: list[tuple[str, int]] = []
         by_fragment: dict[str, list[FileInfo]] = {}
-        for found in storage.walk(layout.FRAGMENTS):
+        for found in fragment_files:
             by_fragment.setdefault(found.path.split("/")[1], []).append(found)
         for listing in by_fragment.values():
             if not break_leases and leases.holds(storage, listing, now):

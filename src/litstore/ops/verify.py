@@ -13,23 +13,37 @@ compares that with the manifest and the commit record:
 - chunk files that are missing, truncated, or whose layout is damaged;
 - record counts and the fingerprint, recomputed from the manifest and from the
   data, against the commit record.
+
+In bounded memory: the manifest is streamed, one row group at a time, into 34 bytes
+of fixed-size numpy columns per row (:mod:`litstore.ops.verify_listed`), never one
+Arrow table of the version, and the chunks are read one part at a time into 17 bytes
+per item (:mod:`litstore.ops.verify_stored`); no Python object is made per record.
+A manifest row and the item at its chunk and row agree when their pair hashes
+(xxh3-128 of key bytes and content hash, the fingerprint's terms) do; only the rows
+and items that disagree, or whose key hashes meet, are read again to name their keys.
+Memory is about 40 bytes a record (50 while the rows are sorted by place) plus a few
+chunks. ``num_workers`` processes read the chunks (and one the manifest) while this
+one matches what they return: xxhash and msgpack hold the GIL for small items, so
+threads would not run them side by side.
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 from tqdm.auto import tqdm
 
-from litstore import query
-from litstore._litdata import chunk as chunk_layout
 from litstore._litdata.index import ChunkInfo
-from litstore.errors import IntegrityError, MissingFileError, VerificationError, describe
-from litstore.format import codec, hashing
+from litstore.errors import InvalidArgumentError, VerificationError, describe
+from litstore.format import hashing
 from litstore.format.models import StoreConfig, Version
+from litstore.ops import verify_listed, verify_stored
 from litstore.storage import Storage
 
 
@@ -120,98 +134,67 @@ class VerifyReport:
         return self
 
 
-def _stored_rows(
-    storage: Storage,
-    key_field: str,
-    chunks: dict[str, list[ChunkInfo]],
-    progress: bool,
-) -> tuple[dict[str, list[Any]], list[str], list[tuple[str, str]]]:
-    """Read every listed chunk: one row per stored item, plus missing and damaged chunks."""
-    columns: dict[str, list[Any]] = {"chunk": [], "row": [], "key": [], "content_hash": [], "split": []}
-    missing: list[str] = []
-    damaged: list[tuple[str, str]] = []
-    listed = [(split, chunk) for split in sorted(chunks) for chunk in chunks[split]]
-    for split, chunk in tqdm(listed, desc="verifying", unit="chunk", disable=not progress):
-        try:
-            data = storage.read(chunk.filename)
-        except MissingFileError:
-            missing.append(chunk.filename)
-            continue
-        if len(data) != chunk.num_bytes:
-            damaged.append((chunk.filename, f"{len(data)} bytes, the index says {chunk.num_bytes}"))
-        try:
-            offsets = chunk_layout.item_offsets(data, chunk.filename)
-        except IntegrityError as exc:
-            damaged.append((chunk.filename, str(exc)))
-            continue
-        if len(offsets) - 1 != chunk.num_items:
-            damaged.append((chunk.filename, f"{len(offsets) - 1} items, the index says {chunk.num_items}"))
-        for row in range(len(offsets) - 1):
-            payload = chunk_layout.item_payload(data, offsets, row)
-            key = None
-            if chunk_layout.item_size_matches(data, offsets, row):
-                try:
-                    record = codec.decode(payload)
-                    key = record.get(key_field) if isinstance(record, dict) else None
-                except IntegrityError:
-                    key = None
-            columns["chunk"].append(chunk.filename)
-            columns["row"].append(row)
-            columns["key"].append(key)
-            columns["content_hash"].append(hashing.content_hash(payload))
-            columns["split"].append(split)
-    return columns, missing, damaged
-
-
-def _fingerprint(keys: list[Any], contents: list[bytes]) -> str:
-    pairs = [(key, content) for key, content in zip(keys, contents) if key is not None]
-    return hashing.fingerprint_hex(hashing.fingerprint_sum([k for k, _ in pairs], [c for _, c in pairs]))
-
-
 def verify(
     storage: Storage,
     config: StoreConfig,
     version: Version,
-    listed: pa.Table,
     chunks: dict[str, list[ChunkInfo]],
     expected_keys: Iterable[Any] | None = None,
     progress: bool = False,
+    num_workers: int = 0,
 ) -> VerifyReport:
-    """Check ``version`` (manifest ``listed``, ``chunks``) against the stored data."""
-    key_type = listed.schema.field("key").type
-    columns, missing_chunks, damaged_chunks = _stored_rows(storage, config.key, chunks, progress)
-    key_values = [key if hashing.is_key(key, config.key_type) else None for key in columns["key"]]
-    stored = pa.table(
-        {
-            "chunk": pa.array(columns["chunk"], pa.string()),
-            "row": pa.array(columns["row"], pa.uint32()),
-            "key": pa.array(key_values, key_type),
-            "content_hash": pa.array(columns["content_hash"], pa.binary(16)),
-            "split": pa.array(columns["split"], pa.string()),
-        }
-    )
-    matched = query.reconcile(listed, stored)
+    """Check ``version`` (whose splits list ``chunks``) against the stored data; see the module docstring.
 
-    def rows(table: pa.Table) -> list[tuple[Any, ...]]:
-        return list(zip(*(column.to_pylist() for column in table.columns)))
-
-    listed_keys = listed.column("key").to_pylist()
-    duplicates = set(query.duplicate_keys(listed)) | set(
-        query.duplicate_keys(stored.filter(stored.column("key").is_valid()))
-    )
+    Raises:
+        InvalidArgumentError: ``num_workers`` is not a whole number >= 0.
+        IntegrityError: a manifest file or the commit record is damaged.
+    """
+    if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 0:
+        raise InvalidArgumentError(f"num_workers must be a whole number >= 0, got {num_workers!r}")
+    names = verify_listed.Names()
+    listings = [(split, chunk) for split in sorted(chunks) for chunk in chunks[split]]
+    listing_chunks = np.array([names.chunk(chunk.filename) for _, chunk in listings], np.uint64)
+    listing_splits = np.array([names.split(split) for split, _ in listings], np.uint16)
+    split_parts = num_workers > 0 and bool(listings) and storage.local_path(listings[0][1].filename) is not None
+    parts = verify_stored.parts_of([chunk for _, chunk in listings], split_parts)
+    found_counts: dict[str, int] = {}
+    missing_chunks: list[str] = []
+    damaged_chunks: list[tuple[str, str]] = []
+    records = 0
+    data_fingerprint = 0
+    with contextlib.ExitStack() as stack:
+        pool = stack.enter_context(verify_stored.worker_pool(num_workers)) if num_workers else None
+        if pool is None:
+            read = verify_stored.read_parts(storage, parts, config.key, config.key_type, None)
+            listed = verify_listed.read_listed(storage, config, version, names)
+        else:  # the manifest in one worker while the others read chunks
+            reading = pool.submit(verify_listed.read_listed_and_names, storage, config, version, names)
+            read = verify_stored.read_parts(storage, parts, config.key, config.key_type, pool)
+            listed, names = reading.result()
+        matcher = _Matcher(listed, listing_chunks, listing_splits)
+        bar = stack.enter_context(tqdm(total=len(listings), desc="verifying", unit="chunk", disable=not progress))
+        for stored in read:
+            part = stored.part
+            if part.stop is None:
+                bar.update()
+            if not stored.found:
+                if part.start == 0:
+                    missing_chunks.append(part.chunk.filename)
+                continue
+            damaged_chunks.extend((part.chunk.filename, problem) for problem in stored.problems)
+            if stored.items < 0:
+                continue
+            if part.start == 0:
+                records += stored.items
+                split = listings[part.listing][0]
+                found_counts[split] = found_counts.get(split, 0) + stored.items
+            data_fingerprint += hashing.digest_sum(stored.pairs[stored.keyed])
+            matcher.match(part.listing, min(part.start, stored.items), stored.pairs, stored.keyed)
+    found = matcher.finish(storage, config, listings)
     missing_keys: list[Any] = []
     unexpected_keys: list[Any] = []
     if expected_keys is not None:
-        expected = list(expected_keys)
-        wrong_type = [key for key in expected if not hashing.is_key(key, config.key_type)]
-        expected_table = pa.table(
-            {"key": pa.array([k for k in expected if hashing.is_key(k, config.key_type)], key_type)}
-        )
-        missing_keys = wrong_type + query.keys_not_in(expected_table, listed)
-        unexpected_keys = query.keys_not_in(listed, expected_table)
-    found_counts: dict[str, int] = {}
-    for split in columns["split"]:
-        found_counts[split] = found_counts.get(split, 0) + 1
+        missing_keys, unexpected_keys = _expected(listed, config, expected_keys)
     count_mismatches = [
         (split, committed, found_counts.get(split, 0))
         for split, committed in sorted(version.counts.items())
@@ -219,18 +202,184 @@ def verify(
     ]
     return VerifyReport(
         version=version.number,
-        records_checked=len(columns["row"]),
-        chunks_checked=sum(len(split_chunks) for split_chunks in chunks.values()),
-        duplicate_keys=sorted(duplicates, key=repr),
+        records_checked=records,
+        chunks_checked=len(listings),
+        duplicate_keys=sorted(found.duplicates, key=repr),
         missing_keys=missing_keys,
         unexpected_keys=unexpected_keys,
-        corrupt_records=rows(matched["mismatched"]),
-        missing_records=rows(matched["missing"]),
-        unlisted_records=rows(matched["unlisted"]),
+        corrupt_records=found.corrupt,
+        missing_records=found.missing,
+        unlisted_records=found.unlisted,
         missing_chunks=missing_chunks,
         damaged_chunks=damaged_chunks,
         count_mismatches=count_mismatches,
         fingerprint=version.fingerprint,
-        manifest_fingerprint=_fingerprint(listed_keys, listed.column("content_hash").to_pylist()),
-        data_fingerprint=_fingerprint(columns["key"], columns["content_hash"]),
+        manifest_fingerprint=hashing.fingerprint_hex(listed.fingerprint),
+        data_fingerprint=hashing.fingerprint_hex(data_fingerprint),
     )
+
+
+@dataclass(frozen=True)
+class _Found:
+    duplicates: set[Any]
+    corrupt: list[tuple[Any, str, int, str]]
+    missing: list[tuple[Any, str, int]]
+    unlisted: list[tuple[Any, str, int]]
+
+
+class _Matcher:
+    """Matches the items read from chunks with the manifest's rows at their chunk and row.
+
+    Per manifest row it keeps how many items were found at its place (``seen``) and how
+    many of those hold its key (``hits``, for duplicates in the chunks); the items and
+    rows that disagree are collected (as numbers) and named at the end.
+    """
+
+    def __init__(self, listed: verify_listed.Listed, listing_chunks: np.ndarray, listing_splits: np.ndarray) -> None:
+        self.listed = listed
+        self.listing_chunks = listing_chunks
+        self.listing_splits = listing_splits
+        order = np.argsort(listed.location, kind="stable")  # manifests are mostly in chunk order already
+        self.location = listed.location[order]
+        listed.location = self.location[:0]  # the sorted copy is all that is needed from here
+        self.order = order.astype(np.uint32) if len(order) < 2**32 else order
+        del order
+        self.seen = np.zeros(len(listed), np.uint8)
+        self.hits = np.zeros(len(listed), np.uint8)
+        self.corrupt: list[tuple[np.ndarray, int, np.ndarray, np.ndarray]] = []  # rows, listing, item rows, same
+        self.odd: list[tuple[int, np.ndarray, np.ndarray]] = []  # listing, item rows, listed there
+
+    def match(self, listing: int, start: int, pairs: np.ndarray, keyed: np.ndarray) -> None:
+        """Items ``start`` onwards of the chunk of listing ``listing``: their pair hashes and whether they have keys."""
+        count = len(pairs)
+        base = np.uint64(int(self.listing_chunks[listing]) << 32)
+        lo, hi = np.searchsorted(self.location, [base + np.uint64(start), base + np.uint64(start + count)])
+        rows = self.order[lo:hi].astype(np.int64)
+        items = (self.location[lo:hi] - base).astype(np.int64) - start
+        self.seen[rows] = np.minimum(self.seen[rows], 254) + 1
+        same = keyed[items] & (_words(pairs)[items] == _words(self.listed.pair)[rows]).all(axis=1)
+        self.hits[rows[same]] = np.minimum(self.hits[rows[same]], 254) + 1
+        bad = ~(same & (self.listed.split[rows] == self.listing_splits[listing]))
+        if bad.any():
+            self.corrupt.append((rows[bad], listing, items[bad] + start, same[bad]))
+        matched = np.zeros(count, bool)
+        matched[items[same]] = True
+        if not matched.all():
+            listed_here = np.zeros(count, bool)
+            listed_here[items] = True
+            odd = np.flatnonzero(~matched)
+            self.odd.append((listing, odd + start, listed_here[odd]))
+
+    def finish(self, storage: Storage, config: StoreConfig, listings: list[tuple[str, ChunkInfo]]) -> _Found:
+        """Name what disagreed: read the keys of the few manifest rows and items involved."""
+        listed = self.listed
+        # The keys of the items that hold no key of a manifest row at their place (and of corrupt ones).
+        wanted_items: dict[int, set[int]] = {}
+        for listing, items, _ in self.odd:
+            wanted_items.setdefault(listing, set()).update(items.tolist())
+        for _, listing, items, same in self.corrupt:
+            wanted_items.setdefault(listing, set()).update(items[~same].tolist())
+        item_keys: dict[tuple[int, int], Any] = {}
+        for listing, item_rows in sorted(wanted_items.items()):
+            in_order = sorted(item_rows)
+            found = verify_stored.decoded_keys(storage, listings[listing][1], in_order, config.key, config.key_type)
+            item_keys.update(((listing, row), key) for row, key in zip(in_order, found))
+        odd_keys = [item_keys[(listing, row)] for listing, items, _ in self.odd for row in items.tolist()]
+        odd_keys = [key for key in odd_keys if key is not None]
+        # Duplicate keys: hashes that occur twice, in the manifest or among the items, confirmed by key.
+        hashes = listed.key_hash
+        key_type = pa.string() if config.key_type == "str" else pa.int64()
+        odd_hashes = np.sort(verify_listed.key_hashes(pa.array(odd_keys, key_type)))
+        sorted_hashes = np.sort(hashes)
+        found_twice = [
+            sorted_hashes[1:][sorted_hashes[1:] == sorted_hashes[:-1]],  # in the manifest
+            hashes[self.hits > 1],  # an item found twice at its place (a chunk listed twice)
+            odd_hashes[1:][odd_hashes[1:] == odd_hashes[:-1]],  # among the items that hold no listed key there
+        ]
+        if len(sorted_hashes) and len(odd_hashes):  # such an item whose key the manifest lists elsewhere
+            places = np.minimum(np.searchsorted(sorted_hashes, odd_hashes), len(sorted_hashes) - 1)
+            found_twice.append(odd_hashes[sorted_hashes[places] == odd_hashes])
+        del sorted_hashes
+        candidates = np.unique(np.concatenate(found_twice))
+        candidate_rows = np.concatenate(
+            [np.zeros(0, np.int64)]
+            + [
+                start + np.flatnonzero(np.isin(hashes[start : start + _SLICE], candidates))
+                for start in range(0, len(hashes), _SLICE)
+            ]
+        )
+        missing_rows = np.flatnonzero(self.seen == 0)
+        corrupt_rows = np.concatenate([rows for rows, _, _, _ in self.corrupt] or [np.zeros(0, np.int64)])
+        wanted = np.unique(np.concatenate([candidate_rows, missing_rows, corrupt_rows]).astype(np.int64))
+        table = listed.rows(wanted)
+        position = {int(row): at for at, row in enumerate(wanted.tolist())}
+        keys = table.column("key").to_pylist()
+        chunk_names = table.column("chunk").to_pylist()
+        row_numbers = table.column("row").to_pylist()
+        splits = table.column("split").to_pylist()
+
+        listed_counts: dict[Any, int] = {}
+        stored_counts: dict[Any, int] = {}
+        for row in candidate_rows.tolist():
+            key = keys[position[row]]
+            listed_counts[key] = listed_counts.get(key, 0) + 1
+            stored_counts[key] = stored_counts.get(key, 0) + int(self.hits[row])
+        for key in odd_keys:
+            stored_counts[key] = stored_counts.get(key, 0) + 1
+        duplicates = {key for key, count in listed_counts.items() if count > 1}
+        duplicates |= {key for key, count in stored_counts.items() if count > 1}
+
+        corrupt = []
+        for listed_rows, listing, items, same in self.corrupt:
+            split, chunk = listings[listing][0], listings[listing][1].filename
+            for row, item, alike in zip(listed_rows.tolist(), items.tolist(), same.tolist()):
+                at = position[row]
+                if alike:
+                    problem = "split"  # key and content agree
+                elif keys[at] != item_keys[(listing, item)]:
+                    problem = "key"
+                elif splits[at] != split:
+                    problem = "split"
+                else:
+                    problem = "content"
+                corrupt.append((keys[at], chunk, item, problem))
+        missing = [
+            (keys[position[row]], chunk_names[position[row]], row_numbers[position[row]])
+            for row in missing_rows.tolist()
+        ]
+        unlisted = [
+            (item_keys[(listing, item)], listings[listing][1].filename, item)
+            for listing, items, listed_here in self.odd
+            for item in items[~listed_here].tolist()
+        ]
+        by_place = lambda entry: (entry[1], entry[2])  # noqa: E731
+        return _Found(
+            duplicates, sorted(corrupt, key=by_place), sorted(missing, key=by_place), sorted(unlisted, key=by_place)
+        )
+
+
+#: Manifest rows looked at together where a step would otherwise copy a whole column.
+_SLICE = 1 << 20
+
+
+def _words(pairs: np.ndarray) -> np.ndarray:
+    """``(n, 16)`` hash bytes as ``(n, 2)`` uint64 words: compared two words a row instead of sixteen bytes."""
+    return np.ascontiguousarray(pairs).view(np.uint64).reshape(-1, 2)
+
+
+def _expected(
+    listed: verify_listed.Listed, config: StoreConfig, expected_keys: Iterable[Any]
+) -> tuple[list[Any], list[Any]]:
+    """Expected keys the version lacks (those of the wrong type first), and keys it has that are not expected."""
+    expected = list(expected_keys)
+    wrong_type = [key for key in expected if not hashing.is_key(key, config.key_type)]
+    key_type = pa.string() if config.key_type == "str" else pa.int64()
+    wanted = pc.unique(pa.array([key for key in expected if hashing.is_key(key, config.key_type)], key_type))
+    seen = np.zeros(len(wanted), bool)
+    unexpected: set[Any] = set()
+    for _, table in listed.replay(("key",)):
+        positions = pc.index_in(table.column("key"), value_set=wanted)
+        seen[np.asarray(positions.drop_null().to_numpy(), np.int64)] = True
+        unexpected.update(table.column("key").filter(positions.is_null()).to_pylist())
+    missing = [key for key, present in zip(wanted.to_pylist(), seen.tolist()) if not present]
+    return wrong_type + sorted(missing), sorted(unexpected)

@@ -1,0 +1,269 @@
+"""The rows a version's manifest lists, as ``verify`` holds them: fixed-size numpy columns, streamed in.
+
+A version's manifest is its newest checkpoint with the deltas after it applied
+(:func:`litstore.read.manifests.compose`). Composing it as one Arrow table holds every
+key string, chunk name and field value at once; ``verify`` needs of each row only
+what it compares, so :func:`read_listed` applies the same rule while it reads the
+files one row group at a time and keeps, per live row, 34 bytes:
+
+- ``key_hash`` (8): the first 8 bytes of the key's keyprint (xxh3-128 of its bytes,
+  :func:`litstore.format.hashing.keyprint`), to find duplicate keys by sorting (every
+  duplicate is then confirmed by its key: two keys may share a hash);
+- ``pair`` (16): the row's fingerprint term, xxh3-128 of key bytes and content hash
+  (:func:`litstore.format.hashing.pair_hash`): a record read from a chunk matches the
+  row when its own pair is equal, so key and content are compared at once, and the
+  manifest's fingerprint is their sum;
+- ``location`` (8): chunk number << 32 | row;
+- ``split`` (2): the split's number.
+
+The rule needs to know which keys newer deltas mention: those are kept as their
+keyprints (16 bytes each, what key runs identify keys by), sorted by key hash, and a
+row of an older file is dropped when its keyprint is one of them. The few rows a report names are read again by
+:meth:`Listed.replay`, which reads the same row groups and keeps the same rows (a
+bit per row was kept for that) without hashing anything.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+
+from litstore.errors import IntegrityError
+from litstore.format import hashing, layout
+from litstore.format import manifest as manifest_format
+from litstore.format.manifest import ChangeKind
+from litstore.format.models import StoreConfig, Version
+from litstore.read import log
+from litstore.storage import Storage
+
+_COLUMNS = ("key", "content_hash", "split", "chunk", "row")
+
+
+@dataclass
+class Names:
+    """Numbers for chunk and split names, shared by the manifest's rows and the chunks read."""
+
+    chunks: list[str] = field(default_factory=list)
+    splits: list[str] = field(default_factory=list)
+    _chunk_codes: dict[str, int] = field(default_factory=dict)
+    _split_codes: dict[str, int] = field(default_factory=dict)
+
+    def chunk(self, name: str) -> int:
+        code = self._chunk_codes.get(name)
+        if code is None:
+            code = self._chunk_codes[name] = len(self.chunks)
+            self.chunks.append(name)
+        return code
+
+    def split(self, name: str) -> int:
+        code = self._split_codes.get(name)
+        if code is None:
+            if len(self.splits) >= 2**16:
+                raise IntegrityError(f"the manifest names more than {2**16} splits")
+            code = self._split_codes[name] = len(self.splits)
+            self.splits.append(name)
+        return code
+
+
+@dataclass
+class Listed:
+    """The live rows of a version's manifest, one entry per row in every array (see the module docstring)."""
+
+    key_hash: np.ndarray
+    pair: np.ndarray
+    location: np.ndarray
+    split: np.ndarray
+    fingerprint: int
+    _groups: list[tuple[str, bool, int, np.ndarray]]  # file, is a delta, row group, live rows (packed bits)
+    _storage: Storage
+    _key_type: str
+
+    def __len__(self) -> int:
+        return len(self.key_hash)
+
+    def replay(self, columns: tuple[str, ...] = _COLUMNS) -> Iterator[tuple[int, pa.Table]]:
+        """The live rows again, as ``(number of the first, rows)`` per row group, in the order of the arrays."""
+        first = 0
+        files: dict[str, Iterator[pa.Table]] = {}
+        for path, delta, _group, packed in self._groups:
+            if path not in files:
+                data = self._storage.read(path)
+                files[path] = manifest_format.row_groups_of_parquet(data, path, self._key_type, columns, delta)
+            table = next(files[path])
+            live = np.unpackbits(packed, count=table.num_rows).astype(bool)
+            rows = table.filter(pa.array(live))
+            yield first, rows
+            first += rows.num_rows
+
+    def rows(self, wanted: np.ndarray, columns: tuple[str, ...] = _COLUMNS) -> pa.Table:
+        """Rows ``wanted`` (sorted numbers into the arrays), with ``split`` and ``chunk`` as plain strings."""
+        parts = []
+        if len(wanted):
+            for first, table in self.replay(columns):
+                lo, hi = np.searchsorted(wanted, [first, first + table.num_rows])
+                if hi > lo:
+                    parts.append(manifest_format.decoded(table.take(pa.array(wanted[lo:hi] - first))))
+        if not parts:
+            return pa.table({name: [] for name in columns})
+        return pa.concat_tables(parts)
+
+
+class _Mentioned:
+    """The keys newer deltas mention: their keyprints, sorted by key hash (the first 8 bytes)."""
+
+    def __init__(self) -> None:
+        self.hashes = np.empty(0, np.uint64)
+        self.prints = np.empty((0, 2), np.uint64)
+
+    def add(self, prints: list[np.ndarray]) -> None:
+        merged = np.concatenate([self.prints, *(_as_words(part) for part in prints)])
+        hashes = key_hashes_of(merged.view(np.uint8).reshape(-1, 16))
+        order = np.argsort(hashes, kind="stable")
+        self.prints = merged[order]
+        self.hashes = hashes[order]
+
+    def rows_of(self, prints: np.ndarray, hashes: np.ndarray) -> np.ndarray:
+        """Which rows of keyprints ``prints`` (with their key ``hashes``) are mentioned: by key hash, then keyprint."""
+        found = np.zeros(len(hashes), bool)
+        if not len(self.hashes):
+            return found
+        lo = np.searchsorted(self.hashes, hashes, "left")
+        hi = np.searchsorted(self.hashes, hashes, "right")
+        candidates = np.flatnonzero(hi > lo)
+        if not len(candidates):
+            return found
+        words = _as_words(prints[candidates])
+        single = hi[candidates] - lo[candidates] == 1
+        found[candidates[single]] = (words[single] == self.prints[lo[candidates[single]]]).all(axis=1)
+        for at in np.flatnonzero(~single).tolist():  # a key hash several mentioned keys share
+            row = candidates[at]
+            found[row] = bool((self.prints[lo[row] : hi[row]] == words[at]).all(axis=1).any())
+        return found
+
+
+def _as_words(prints: np.ndarray) -> np.ndarray:
+    """``(n, 16)`` keyprint bytes as ``(n, 2)`` uint64 words, compared two words a row instead of sixteen bytes."""
+    return np.ascontiguousarray(prints).view(np.uint64).reshape(-1, 2)
+
+
+def key_hashes(keys: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    """The key hash ``verify`` compares keys by (see :func:`key_hashes_of`)."""
+    return key_hashes_of(hashing.keyprint_rows(keys))
+
+
+def key_hashes_of(prints: np.ndarray) -> np.ndarray:
+    """The key hashes of keys whose keyprints are the rows of ``prints``: their first 8 bytes, as uint64."""
+    return _as_words(prints)[:, 0].copy()
+
+
+def read_listed(storage: Storage, config: StoreConfig, version: Version, names: Names) -> Listed:
+    """Stream ``version``'s manifest files into fixed columns (see the module docstring).
+
+    Raises:
+        VersionNotFoundError: gc expired a version of its chain.
+        IntegrityError: a manifest file or commit record is damaged, or names a chunk outside the layout.
+    """
+    files: list[tuple[str, bool]] = []
+    if version.number > 0:
+        deltas, checkpoint = log.manifest_chain(storage, version, set(storage.names(layout.MANIFESTS)))
+        files = [(path, True) for path in deltas] + ([(checkpoint, False)] if checkpoint else [])
+    columns: dict[str, list[np.ndarray]] = {"key_hash": [], "pair": [], "location": [], "split": []}
+    groups: list[tuple[str, bool, int, np.ndarray]] = []
+    mentioned = _Mentioned()
+    fingerprint = 0
+    for path, delta in files:
+        data = storage.read(path)
+        wanted = (*_COLUMNS, "change") if delta else _COLUMNS
+        file_prints: list[np.ndarray] = []
+        for group, table in enumerate(
+            manifest_format.row_groups_of_parquet(data, path, config.key_type, wanted, delta)
+        ):
+            prints = hashing.keyprint_rows(table.column("key"))
+            hashes = key_hashes_of(prints)
+            live = ~mentioned.rows_of(prints, hashes)
+            if delta:
+                file_prints.append(prints)
+                live &= ~_is_change(table.column("change"), ChangeKind.DELETED)
+            _check_chunk_names(table.column("chunk"), path, delta)
+            groups.append((path, delta, group, np.packbits(live)))
+            rows = table.filter(pa.array(live)) if not live.all() else table
+            if not rows.num_rows:
+                continue
+            pair, location, split = _fixed_columns(rows, path, names)
+            fingerprint += hashing.digest_sum(pair)
+            columns["key_hash"].append(hashes[live])
+            columns["pair"].append(pair)
+            columns["location"].append(location)
+            columns["split"].append(split)
+        if delta:
+            mentioned.add(file_prints)
+    empty: dict[str, np.ndarray] = {
+        "key_hash": np.empty(0, np.uint64),
+        "pair": np.empty((0, 16), np.uint8),
+        "location": np.empty(0, np.uint64),
+        "split": np.empty(0, np.uint16),
+    }
+    arrays: dict[str, np.ndarray] = {}
+    for name, parts in columns.items():
+        arrays[name] = np.concatenate(parts) if parts else empty[name]
+        parts.clear()
+    return Listed(
+        arrays["key_hash"],
+        arrays["pair"],
+        arrays["location"],
+        arrays["split"],
+        fingerprint % hashing.FINGERPRINT_MODULUS,
+        groups,
+        storage,
+        config.key_type,
+    )
+
+
+def read_listed_and_names(
+    storage: Storage, config: StoreConfig, version: Version, names: Names
+) -> tuple[Listed, Names]:
+    """:func:`read_listed`, and ``names`` as it left them: for a worker process, whose ``names`` is a copy."""
+    return read_listed(storage, config, version, names), names
+
+
+def _is_change(column: pa.ChunkedArray, kind: ChangeKind) -> np.ndarray:
+    """Which rows of a dictionary-encoded ``change`` column are ``kind``."""
+    parts = [np.zeros(0, bool)]
+    for chunk in column.chunks:
+        codes = [code for code, value in enumerate(chunk.dictionary.to_pylist()) if value == str(kind)]
+        parts.append(np.isin(chunk.indices.fill_null(-1).to_numpy(), codes))
+    return np.concatenate(parts)
+
+
+def _check_chunk_names(column: pa.ChunkedArray, path: str, delta: bool) -> None:
+    """Every chunk name of a row group must be one of the layout's (a delta's deleted rows name none)."""
+    for chunk in column.chunks:
+        for name in chunk.dictionary.to_pylist():
+            if name == "" and delta:
+                continue
+            try:
+                layout.check_chunk(name)
+            except ValueError as exc:
+                raise IntegrityError(f"manifest file {path} is damaged: {exc}") from exc
+
+
+def _fixed_columns(rows: pa.Table, path: str, names: Names) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The pair hashes, locations and split numbers of live manifest rows, their chunk names checked."""
+    for name in ("content_hash", "split", "chunk", "row"):
+        if rows.column(name).null_count:
+            raise IntegrityError(f"manifest file {path} is damaged: a live row has no {name}")
+    pair = hashing.pair_hashes(rows.column("key"), rows.column("content_hash"))
+    location = np.asarray(rows.column("row").to_numpy(), np.uint64)
+    split = np.empty(rows.num_rows, np.uint16)
+    at = 0
+    for chunk, split_chunk in zip(rows.column("chunk").chunks, rows.column("split").chunks, strict=True):
+        size = len(chunk)
+        table = np.asarray([names.chunk(name) for name in chunk.dictionary.to_pylist()], np.uint64)
+        location[at : at + size] |= table[chunk.indices.to_numpy(zero_copy_only=False)] << np.uint64(32)
+        split_codes = np.asarray([names.split(name) for name in split_chunk.dictionary.to_pylist()], np.uint16)
+        split[at : at + size] = split_codes[split_chunk.indices.to_numpy(zero_copy_only=False)]
+        at += size
+    return pair, location, split
