@@ -2,7 +2,7 @@
 
 A lookup reads, per run and process, the run's footer and its table of chunk names,
 page fences and page sums once (:class:`RunReader`), then only the pages that can
-hold the key (one page of 48 KiB, sometimes two): O(log N) bytes, never the
+hold the key (one page of 12 KiB, sometimes two): O(log N) bytes, never the
 manifest. Locally the run is memory-mapped and pages are slices of the mapping;
 elsewhere each page is one ranged read, cached in the process. Every page is checked
 against its sum before it is used (:func:`litstore.format.keyrun.check_page`).
@@ -26,8 +26,8 @@ from litstore.storage import MissingFileError, Storage
 
 #: What :meth:`KeyRuns.find_many` says of each key.
 ABSENT, LIVE, DELETED = 0, 1, 2
-#: Pages of a remote run kept in memory per run (48 MiB at most).
-_CACHED_PAGES = 1024
+#: Pages of a remote run kept in memory per run (48 MiB of pages as litstore writes them).
+_CACHED_PAGES = 4096
 
 
 class RunReader:
