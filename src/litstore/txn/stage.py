@@ -201,6 +201,7 @@ def write_fragment(
 def discard(storage: Storage, fragment: StagedFragment) -> None:
     """Remove a staged fragment that will never be committed."""
     storage.delete_tree(layout.fragment(fragment.transaction))
+    leases.forget(storage, fragment.transaction)
 
 
 def _rows_of(run: Batch | Moved, key_type: pa.DataType) -> tuple[pa.Table, pa.Array | pa.ChunkedArray]:
