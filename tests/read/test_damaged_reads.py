@@ -135,6 +135,41 @@ def test_deleted_chunk_is_an_integrity_error_naming_it(store: litstore.Store) ->
     _names(error, chunk)
 
 
+def _set_offset(store: litstore.Store, key: str, shift: Callable[[int, int], int]) -> str:
+    """Rewrite, in ``key``'s chunk, the header offset of the item after ``key``'s: ``shift(offset, previous)``."""
+    chunk, row = _location(store, key)
+    path = Path(store.root) / chunk
+    data = bytearray(path.read_bytes())
+    stored = np.frombuffer(data, dtype="<u4", count=int(np.frombuffer(data, "<u4", count=1)[0]) + 2).copy()
+    stored[row + 2] = shift(int(stored[row + 2]), int(stored[row + 1])) % 2**32  # (after num_items)
+    data[: stored.nbytes] = stored.tobytes()
+    path.chmod(0o644)
+    path.write_bytes(bytes(data))
+    return chunk
+
+
+@pytest.mark.parametrize(
+    "shift",
+    [
+        pytest.param(lambda offset, previous: previous - 4, id="shrinks"),
+        pytest.param(lambda offset, previous: previous + 2, id="gap-under-an-item-header"),
+        # Each gap, taken modulo 2**32, is large: only their sum shows that one wrapped around.
+        pytest.param(lambda offset, previous: previous + 2**31 + 2**30, id="gap-wraps-around"),
+    ],
+)
+def test_damaged_chunk_header_is_an_integrity_error(
+    store: litstore.Store, shift: Callable[[int, int], int], tmp_path: Path
+) -> None:
+    chunk = _set_offset(store, "k037", shift)
+    listed = store.head().manifest().to_pylist()
+    neighbour = next(entry["key"] for entry in listed if entry["chunk"] == chunk and entry["key"] != "k037")
+    reopened = litstore.open(store.root)
+    for read in (lambda: reopened[neighbour], lambda: reopened.head().get_many([neighbour])):
+        with pytest.raises(IntegrityError) as error:
+            read()
+        _names(error, chunk, "damaged header")
+
+
 def test_index_missing_a_chunk_is_an_integrity_error(store: litstore.Store, tmp_path: Path) -> None:
     version = store.head().version
     split = next(iter(version.counts))

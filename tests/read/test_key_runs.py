@@ -173,6 +173,58 @@ def test_a_planted_entry_pointing_at_another_record_is_refused(damaged_store: li
         reopened["k0001"]
 
 
+def _rewritten(store: litstore.Store, change: Any) -> None:
+    """Rewrite the store's run consistently (page sums, fences and footer all made anew) after ``change(entries)``."""
+    path = _run_path(store)
+    entries, names = store.head().reader.key_runs()._runs[0].everything()
+    change(entries)
+    data = keyrun.encode(entries, names)
+    assert len(data) == store.version.key_runs[0].size
+    path.write_bytes(data)
+
+
+def _swap(entries: np.ndarray, one: int, other: int) -> None:
+    entries[[one, other]] = entries[[other, one]]
+
+
+@pytest.mark.parametrize(
+    ("change", "problem"),
+    [
+        pytest.param(lambda entries: _swap(entries, 1500, 1501), "not sorted inside", id="swapped-in-a-page"),
+        # The fences are made from the entries: page 1 then starts below the end of page 0.
+        pytest.param(
+            lambda entries: _swap(entries, keyrun.PAGE - 1, keyrun.PAGE), "not sorted inside", id="swapped-across-pages"
+        ),
+        pytest.param(
+            lambda entries: entries["chunk"].__setitem__(2500, 7_000), "chunk outside its table", id="chunk-outside"
+        ),
+    ],
+)
+def test_a_run_out_of_order_or_naming_a_stranger_chunk_is_refused(
+    damaged_store: litstore.Store, change: Any, problem: str
+) -> None:
+    """A run whose every sum is right, but which a lookup's search would misread: refused, for any key asked."""
+    _rewritten(damaged_store, change)
+    with pytest.raises(litstore.IntegrityError, match=problem):
+        litstore.open(damaged_store.root).get_many([f"k{i:04d}" for i in range(3000)])
+    with pytest.raises(litstore.IntegrityError, match=problem):
+        litstore.open(damaged_store.root).append([_record(f"n{i:04d}", 0) for i in range(3000)])
+
+
+def test_a_key_hash_shared_across_a_page_boundary_is_found(damaged_store: litstore.Store) -> None:
+    """Two entries of one key hash (as two keys whose hashes collide would have), one ending a page, the
+    other starting the next: the search walks from the first to the second, across the pages."""
+    entries, _ = damaged_store.head().reader.key_runs()._runs[0].everything()
+    by_print = {hashing.keyprint(key): key for key in (f"k{i:04d}" for i in range(3000))}
+    first_key, second_key = (by_print[entries[at]["keyprint"].tobytes()] for at in (keyrun.PAGE - 1, keyrun.PAGE))
+    second = entries[keyrun.PAGE]
+    _rewritten(damaged_store, lambda changed: changed["key_hash"].__setitem__(keyrun.PAGE - 1, second["key_hash"]))
+    reopened = litstore.open(damaged_store.root)
+    assert reopened[second_key] == _record(second_key, 0)
+    assert reopened.head().get_many([second_key, "k0000"]) == [_record(second_key, 0), _record("k0000", 0)]
+    assert first_key not in reopened, "its entry is under another key's hash now"
+
+
 def test_a_footer_that_lies_about_its_count_is_refused(damaged_store: litstore.Store) -> None:
     path = _run_path(damaged_store)
     data = bytearray(path.read_bytes())

@@ -208,3 +208,59 @@ def test_a_planted_lease_protects_only_its_own_fragment_and_not_forever(store: l
     _age(_fragment_files(store, staged), 2 * DAY)
     report = store.gc()
     assert any(staged.transaction in path for path in report.removed_files)
+
+
+class _RecordingWrites:
+    """A storage that records the paths written through it."""
+
+    def __init__(self, inner: Storage) -> None:
+        self._inner = inner
+        self.written: list[str] = []
+
+    def write(self, path: str, data: bytes) -> None:
+        self.written.append(path)
+        self._inner.write(path, data)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+def _recording(store: litstore.Store) -> tuple[litstore.Store, _RecordingWrites]:
+    head = store.head()
+    proxy = _RecordingWrites(head.storage)
+    return litstore.Store(litstore.Snapshot(proxy, head.config, head.version, head.model)), proxy  # type: ignore[arg-type]
+
+
+def _leases_written(proxy: _RecordingWrites) -> list[str]:
+    return [path for path in proxy.written if layout.is_lease(path.rsplit("/", 1)[-1])]
+
+
+def test_an_append_relies_on_the_lease_it_just_took(store: litstore.Store) -> None:
+    """Staged and committed in one call: the stager's lease, written moments before, protects the commit."""
+    recording, proxy = _recording(store)
+    recording.append([_record(i) for i in range(100, 110)])
+    assert len(_leases_written(proxy)) == 1, "the stager's lease only"
+    assert not list(Path(store.root).glob("fragments/*/lease-*")), "released"
+    assert len(litstore.open(store.root)) == 30
+
+
+def test_a_commit_long_after_staging_takes_its_own_lease(store: litstore.Store) -> None:
+    """A tenth of the lease later, the stager's lease is not fresh: the commit leases the fragment again."""
+    recording, proxy = _recording(store)
+    staged = recording.stage([_record(i) for i in range(100, 110)], lease=timedelta(seconds=2))
+    time.sleep(0.3)
+    recording.commit([staged])
+    written = _leases_written(proxy)
+    assert len(written) == 2 and written[0].endswith(f"lease-{staged.transaction}.json")
+    assert not list(Path(store.root).glob("fragments/*/lease-*")), "both released"
+    assert len(litstore.open(store.root)) == 30
+
+
+def test_a_fragment_staged_by_another_process_is_leased_by_its_commit(store: litstore.Store) -> None:
+    """The stager's lease counts only in the process that wrote it (a Ray task's fragment is leased again)."""
+    staged = store.stage([_record(i) for i in range(100, 110)])
+    leases.forget(store.storage, staged.transaction)  # what a committing process that did not stage it knows
+    recording, proxy = _recording(store)
+    recording.commit([staged])
+    assert len(_leases_written(proxy)) == 1, "the commit's own"
+    assert not list(Path(store.root).glob("fragments/*/lease-*")), "both released"

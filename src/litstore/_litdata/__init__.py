@@ -16,13 +16,22 @@ package changes, and ``tests/_litdata/test_litdata_facts.py`` says where.
 
 from __future__ import annotations
 
-from importlib.metadata import version
 from typing import Any
 
 from litstore.format import codec
 
-#: The litdata release litstore's chunk layout was checked against (pinned in pyproject).
-LITDATA_VERSION: str = version("litdata")
+
+def __getattr__(name: str) -> Any:
+    """``LITDATA_VERSION``: the installed litdata's release (pinned in pyproject), read when first asked for.
+
+    Reading it needs :mod:`importlib.metadata`, whose import alone took 40 ms of
+    ``import litstore``.
+    """
+    if name == "LITDATA_VERSION":
+        from importlib.metadata import version
+
+        return version("litdata")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class _Media:

@@ -25,6 +25,8 @@ _U32 = np.dtype("<u4")
 
 #: Bytes in front of each item's payload (its leaf size).
 ITEM_HEADER = 4
+# Offsets checked at once by stored_header_offsets: 128 KiB of gaps, which stay in cache.
+_CHECK_BLOCK = 1 << 15
 
 Buffer = bytes | memoryview | mmap.mmap
 
@@ -37,7 +39,16 @@ def header_size(head: Buffer, name: str) -> int:
 
 
 def item_offsets(chunk: Buffer, name: str) -> np.ndarray:
-    """The ``num_items + 1`` item offsets of a whole chunk, checked against its length.
+    """The ``num_items + 1`` item offsets of a whole chunk (int64), checked against its length.
+
+    Raises:
+        IntegrityError: the header is cut short or the offsets do not fit the chunk.
+    """
+    return stored_item_offsets(chunk, name).astype(np.int64)
+
+
+def stored_item_offsets(chunk: Buffer, name: str) -> np.ndarray:
+    """:func:`item_offsets` as the chunk stores them: uint32, a view of ``chunk`` (no copy).
 
     Raises:
         IntegrityError: the header is cut short or the offsets do not fit the chunk.
@@ -46,14 +57,31 @@ def item_offsets(chunk: Buffer, name: str) -> np.ndarray:
     header = header_size(chunk, name)
     if header > size:
         raise IntegrityError(f"chunk {name} claims {header // 4 - 2} items but is only {size} bytes long")
-    offsets = header_offsets(chunk, name)
+    offsets = stored_header_offsets(chunk, name)
     if offsets[-1] != size:
         raise IntegrityError(f"chunk {name} has item offsets that do not fit its {size} bytes")
     return offsets
 
 
 def header_offsets(head: Buffer, name: str) -> np.ndarray:
-    """The item offsets from a chunk's header bytes alone (the file size unknown).
+    """The item offsets (int64) from a chunk's header bytes alone (the file size unknown).
+
+    Raises:
+        IntegrityError: the offsets do not start right after the header or do not grow.
+    """
+    return stored_header_offsets(head, name).astype(np.int64)
+
+
+def stored_header_offsets(head: Buffer, name: str) -> np.ndarray:
+    """:func:`header_offsets` as the header stores them: uint32, a view of ``head`` (no copy).
+
+    A 64 MiB chunk of small records has a header of half a million offsets, and a
+    lookup in a fresh process pays for every pass over it: widening them to int64
+    alone took 2 of a 10 ms lookup. So they are checked as stored, a block at a time
+    (temporaries that stay in cache): each gap ``later - earlier`` is taken modulo
+    2**32 and must be at least an item header; the gaps add up to ``last - first``
+    exactly only if none wrapped around (a wrapped gap adds 2**32), that is, only if
+    the offsets grow by at least an item header each.
 
     Raises:
         IntegrityError: the offsets do not start right after the header or do not grow.
@@ -61,8 +89,18 @@ def header_offsets(head: Buffer, name: str) -> np.ndarray:
     num_items = int(np.frombuffer(head, _U32, count=1)[0])
     if len(head) < 4 * (num_items + 2):
         raise IntegrityError(f"chunk {name} has a header cut short")
-    offsets = np.frombuffer(head, _U32, count=num_items + 1, offset=4).astype(np.int64)
-    if offsets[0] != 4 * (num_items + 2) or np.any(np.diff(offsets) < ITEM_HEADER):
+    offsets = np.frombuffer(head, _U32, count=num_items + 1, offset=4)
+    if offsets[0] != 4 * (num_items + 2):
+        raise IntegrityError(f"chunk {name} has a damaged header")
+    gaps = np.empty(min(num_items, _CHECK_BLOCK), dtype=_U32)
+    total = 0
+    for start in range(0, num_items, _CHECK_BLOCK):
+        stop = min(start + _CHECK_BLOCK, num_items)
+        block = np.subtract(offsets[start + 1 : stop + 1], offsets[start:stop], out=gaps[: stop - start])
+        if int(block.min()) < ITEM_HEADER:
+            raise IntegrityError(f"chunk {name} has a damaged header")
+        total += int(block.sum(dtype=np.uint64))
+    if total != int(offsets[-1]) - int(offsets[0]):
         raise IntegrityError(f"chunk {name} has a damaged header")
     return offsets
 

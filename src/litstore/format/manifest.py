@@ -158,9 +158,13 @@ def to_parquet(table: pa.Table, *, key_hash: bool) -> bytes:
         "use_dictionary": [name for name in target.names if name not in _UNIQUE_COLUMNS and name not in encodings],
         "column_encoding": {name: encoding for name, encoding in encodings.items() if name in target.names},
     }
+    if table.num_rows <= _SLICE_ROWS:  # one row group, a small file: made in memory
+        buffer = pa.BufferOutputStream()
+        pq.write_table(decoded(table), buffer, row_group_size=_SLICE_ROWS, **options)
+        return bytes(buffer.getvalue())
     # Spooled through a file: the bytes exist once, not again in a growing buffer.
     with tempfile.TemporaryFile() as spool:
-        if target == table.schema or not table.num_rows:
+        if target == table.schema:
             # Row groups of _SLICE_ROWS either way: readers skip the groups they do not need.
             pq.write_table(table.cast(target), spool, row_group_size=_SLICE_ROWS, **options)
         else:

@@ -249,6 +249,19 @@ def _check_fields(fields: dict[str, str] | None, key: str | None) -> None:
     field_format.check_distinct(fields or {})
 
 
+class KeyRunRef(_Frozen):
+    """One run of a version's key index on disk, as its commit record lists it."""
+
+    path: str
+    entries: int = Field(ge=0)
+    size: int = Field(gt=0)
+
+    @model_validator(mode="after")
+    def _a_run(self) -> KeyRunRef:
+        layout.check_key_run(self.path)
+        return self
+
+
 Operation = Literal["create", "append", "upsert", "delete", "compact", "add_fields", "upgrade"]
 
 
@@ -491,19 +504,6 @@ def _shown(value: object) -> str:
 def declared_fields(config: StoreConfig, version: Version) -> dict[str, str]:
     """The fields ``version``'s manifest carries: its own set, else the store's from creation."""
     return config.fields if version.fields is None else version.fields
-
-
-class KeyRunRef(_Frozen):
-    """One run of a version's key index on disk, as its commit record lists it."""
-
-    path: str
-    entries: int = Field(ge=0)
-    size: int = Field(gt=0)
-
-    @model_validator(mode="after")
-    def _a_run(self) -> KeyRunRef:
-        layout.check_key_run(self.path)
-        return self
 
 
 class ExpiredVersion(_Frozen):

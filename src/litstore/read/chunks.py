@@ -36,7 +36,7 @@ class _OpenChunk:
 
     def __init__(self, data: mmap.mmap | bytes | None, offsets: np.ndarray) -> None:
         self.data = data  # None when items are read by range
-        self.offsets = offsets
+        self.offsets = offsets  # uint32 as the header stores them, checked (never widened: see _litdata.chunk)
         self.view = None if data is None else memoryview(data)
 
 
@@ -71,12 +71,12 @@ class ChunkCache:
     def _open_chunk(self, name: str) -> _OpenChunk:
         data = self._storage.mapped(name)
         if data is not None:
-            return _OpenChunk(data, layout.item_offsets(data, name))
+            return _OpenChunk(data, layout.stored_item_offsets(data, name))
         head = self._storage.read_range(name, 0, _HEADER_GUESS)
         header_size = layout.header_size(head, name)
         if header_size > len(head):
             head += self._storage.read_range(name, len(head), header_size)
-        return _OpenChunk(None, layout.header_offsets(head, name))
+        return _OpenChunk(None, layout.stored_header_offsets(head, name))
 
     def _check_row(self, name: str, chunk: _OpenChunk, rows: np.ndarray) -> None:
         if len(rows) and (rows.min() < 0 or rows.max() >= len(chunk.offsets) - 1):
@@ -116,7 +116,9 @@ class ChunkCache:
         self._check_row(name, chunk, rows)
         if chunk.view is not None:
             whole = pa.LargeBinaryArray.from_buffers(
-                pa.large_binary(), len(chunk.offsets) - 1, [None, pa.py_buffer(chunk.offsets), pa.py_buffer(chunk.view)]
+                pa.large_binary(),
+                len(chunk.offsets) - 1,
+                [None, pa.py_buffer(chunk.offsets.astype(np.int64)), pa.py_buffer(chunk.view)],
             )
             taken: pa.LargeBinaryArray = whole.take(pa.array(rows))
             del whole  # the chunk's mapping is no longer referenced by Arrow

@@ -2,7 +2,7 @@
 
 A lookup reads, per run and process, the run's footer and its table of chunk names,
 page fences and page sums once (:class:`RunReader`), then only the pages that can
-hold the key (one page of 48 KiB, sometimes two): O(log N) bytes, never the
+hold the key (one page of 12 KiB, sometimes two): O(log N) bytes, never the
 manifest. Locally the run is memory-mapped and pages are slices of the mapping;
 elsewhere each page is one ranged read, cached in the process. Every page is checked
 against its sum before it is used (:func:`litstore.format.keyrun.check_page`).
@@ -21,6 +21,7 @@ such a version writes a run of every record (:mod:`litstore.txn.keyruns`).
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 
 import numpy as np
@@ -32,8 +33,8 @@ from litstore.storage import MissingFileError, Storage
 
 #: What :meth:`KeyRuns.find_many` says of each key.
 ABSENT, LIVE, DELETED = 0, 1, 2
-#: Pages of a remote run kept in memory per run (48 MiB at most).
-_CACHED_PAGES = 1024
+#: Pages of a remote run kept in memory per run (48 MiB of pages as litstore writes them).
+_CACHED_PAGES = 4096
 
 
 def has_key_index(version: Version) -> bool:
@@ -95,33 +96,49 @@ class RunReader:
 
     def page(self, number: int) -> np.ndarray:
         """The checked entries of page ``number``."""
-        cached = self._pages.get(number)
-        if cached is not None:
-            return cached
-        tail = self.tail()
-        start = number * tail.page * keyrun.ENTRY.itemsize
-        end = min(start + tail.page * keyrun.ENTRY.itemsize, tail.entries_bytes)
-        if self._mapped is not None:
-            data: bytes | memoryview = self._mapped[start:end]
-        else:
-            data = self._storage.read_range(self._ref.path, start, end)
-        entries = keyrun.check_page(self._ref.path, tail, number, data)
-        if self._mapped is None and len(self._pages) >= _CACHED_PAGES:
-            self._pages.pop(next(iter(self._pages)))
-        self._pages[number] = entries
-        return entries
+        return self.pages([number])[0]
+
+    def pages(self, numbers: Sequence[int]) -> list[np.ndarray]:
+        """The checked entries of pages ``numbers`` (ascending): those not cached read and checked together."""
+        taken: dict[int, np.ndarray] = {}
+        missing = []
+        for number in numbers:
+            cached = self._pages.get(number)
+            if cached is None:
+                missing.append(number)
+            else:
+                taken[number] = cached
+        if missing:
+            tail = self.tail()
+            size = tail.page * keyrun.ENTRY.itemsize
+            spans = [(number * size, min((number + 1) * size, tail.entries_bytes)) for number in missing]
+            if self._mapped is not None:
+                data: list[bytes | memoryview] = [self._mapped[start:end] for start, end in spans]
+            else:
+                data = [self._storage.read_range(self._ref.path, start, end) for start, end in spans]
+            for number, entries in zip(missing, keyrun.check_pages(self._ref.path, tail, missing, data), strict=True):
+                if self._mapped is None and len(self._pages) >= _CACHED_PAGES:
+                    self._pages.pop(next(iter(self._pages)))
+                self._pages[number] = taken[number] = entries
+        return [taken[number] for number in numbers]
 
     def everything(self) -> tuple[np.ndarray, list[str]]:
         """Every entry (checked page by page, copied) and the chunk names: what a merge reads."""
         tail = self.tail()
-        pages = [self.page(number) for number in range(len(tail.fences))]
+        pages = self.pages(range(len(tail.fences)))
         entries = np.concatenate(pages) if pages else np.empty(0, dtype=keyrun.ENTRY)
         self._pages.clear()
-        return entries.copy(), list(tail.chunks)
+        return entries, list(tail.chunks)  # (concatenate copied them out of the pages)
 
     def find_many(self, hashes: np.ndarray, prints: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """For each key (its hash and keyprint), whether this run has an entry for it and which: a status
-        (:data:`ABSENT`, :data:`LIVE`, :data:`DELETED`) and the entry (zeros where absent)."""
+        (:data:`ABSENT`, :data:`LIVE`, :data:`DELETED`) and the entry (zeros where absent).
+
+        The pages that can hold any of the keys are read (each once), and the keys are
+        searched in all of them at once: side by side, in page order, they are one
+        sorted array (each page is checked to be sorted inside its fences, and the
+        fences are sorted), and a key's entries all lie in its pages, which are there.
+        """
         tail = self.tail()
         count = len(hashes)
         status = np.zeros(count, dtype=np.uint8)
@@ -130,30 +147,50 @@ class RunReader:
             return status, found
         first = np.maximum(np.searchsorted(tail.fences, hashes, "left") - 1, 0)
         last = np.searchsorted(tail.fences, hashes, "right") - 1
-        inside = last >= 0
-        groups: dict[tuple[int, int], list[int]] = {}
-        for position in np.flatnonzero(inside).tolist():
-            groups.setdefault((int(first[position]), int(last[position])), []).append(position)
-        for (low, high), members in groups.items():
-            entries = self.page(low) if low == high else np.concatenate([self.page(p) for p in range(low, high + 1)])
-            where = np.array(members, dtype=np.intp)
-            wanted, wanted_prints = hashes[where], prints[where]
-            at = np.searchsorted(entries["key_hash"], wanted, "left")
-            open_ = np.ones(len(where), dtype=bool)
-            while open_.any():
-                valid = open_ & (at < len(entries))
-                valid[valid] &= entries["key_hash"][at[valid]] == wanted[valid]
-                if not valid.any():
-                    break
-                match = np.zeros(len(where), dtype=bool)
-                match[valid] = entries["keyprint"][at[valid]] == wanted_prints[valid]
-                hits = np.flatnonzero(match)
-                if len(hits):
-                    chosen = entries[at[hits]]
-                    found[where[hits]] = chosen
-                    status[where[hits]] = np.where(chosen["chunk"] == keyrun.DELETED, DELETED, LIVE)
-                open_ = valid & ~match
-                at = at + 1
+        where = np.flatnonzero(last >= 0)  # (a key below the first fence is not in the run)
+        if not len(where):
+            return status, found
+        spans = zip(first[where].tolist(), last[where].tolist(), strict=True)
+        numbers = sorted({page for low, high in spans for page in range(low, high + 1)})
+        pages = self.pages(numbers)
+        sizes = np.fromiter(map(len, pages), dtype=np.int64, count=len(pages))
+        ends = np.cumsum(sizes)
+        key_hashes = np.concatenate([page["key_hash"] for page in pages])
+
+        def entries_at(positions: np.ndarray) -> np.ndarray:
+            """The entries at ``positions`` of the pages side by side: one copy per position or per page."""
+            taken = np.empty(len(positions), dtype=keyrun.ENTRY)
+            page_of = np.searchsorted(ends, positions, "right")
+            local = positions - (ends - sizes)[page_of]
+            if len(positions) <= len(pages):
+                for i, (page, row) in enumerate(zip(page_of.tolist(), local.tolist(), strict=True)):
+                    taken[i] = pages[page][row]
+                return taken
+            order = np.argsort(page_of, kind="stable")
+            bounds = np.searchsorted(page_of[order], np.arange(len(pages) + 1)).tolist()
+            for page, (low, high) in enumerate(itertools.pairwise(bounds)):
+                if low < high:
+                    chosen = order[low:high]
+                    taken[chosen] = pages[page][local[chosen]]
+            return taken
+
+        wanted, wanted_prints = hashes[where], prints[where]
+        at = np.searchsorted(key_hashes, wanted, "left")
+        open_ = np.ones(len(where), dtype=bool)
+        while open_.any():  # past the first entry of a key hash only where several keys share it
+            valid = open_ & (at < len(key_hashes))
+            valid[valid] &= key_hashes[at[valid]] == wanted[valid]
+            candidates = np.flatnonzero(valid)
+            if not len(candidates):
+                break
+            entries = entries_at(at[candidates])
+            match = entries["keyprint"] == wanted_prints[candidates]
+            hits = candidates[match]
+            found[where[hits]] = entries[match]
+            status[where[hits]] = np.where(entries["chunk"][match] == keyrun.DELETED, DELETED, LIVE)
+            open_ = valid
+            open_[hits] = False
+            at = at + 1
         return status, found
 
 

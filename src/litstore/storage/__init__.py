@@ -9,7 +9,9 @@ a local path       :class:`~.local.LocalStorage`               :mod:`.local`
 =================  ==========================================  ==========================
 
 :func:`open_storage` picks the backend from the root's scheme and imports its module
-only then (``import litstore`` never imports boto3).
+only then (``import litstore`` never imports boto3); the local backend, which imports
+nothing the package does not, is imported with the package, so opening a local store
+compiles or loads no module.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from importlib import import_module
 from typing import Any
 
 from litstore.errors import MissingFileError, StorageError, UnsafePathError
+from litstore.storage import local as _local  # noqa: F401  (see the module docstring)
 from litstore.storage.base import FileInfo, LitdataInput, LocalInput, RemoteInput, Storage, check_path
 
 #: URL scheme -> "module:class" of its backend. A new backend adds one line here.

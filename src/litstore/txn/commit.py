@@ -117,7 +117,7 @@ def commit(
     operation = change.operation
     moves: StagedFragment | None = None
     owner = layout.new_transaction()  # who this commit is, in claims and leases
-    _secure(head, fragments, owner)
+    relied_on = _secure(head, fragments, owner)
     claimed = False
     planned_fields = _fields(head)  # a rebase onto a head that declared other fields must plan again
     try:
@@ -146,8 +146,9 @@ def commit(
                     current, moves = _relocate(head, current, progress)
                 time.sleep(race.pause(attempt))
                 continue
-            leased = [fragment.transaction for fragment in fragments if fragment.chunks]
-            leases.release(head.storage, leased + ([moves.transaction] if moves is not None else []), owner)
+            if moves is not None:
+                relied_on.append((moves.transaction, moves.transaction))  # its stager's: this commit
+            leases.release(head.storage, relied_on)
             return head.successor(version, chunks, _next_index(head, current), composed)
     except BaseException as exc:
         if moves is not None and not isinstance(exc, UncertainCommitError):  # a record may list the moves
@@ -159,24 +160,37 @@ def commit(
     raise ConflictError(f"gave up after {_MAX_ATTEMPTS} attempts to commit; nothing was committed")
 
 
-def _secure(head: VersionReader, fragments: Sequence[StagedFragment], owner: str) -> None:
-    """Lease every staged fragment for this commit, then check that its chunks are all there.
+def _secure(head: VersionReader, fragments: Sequence[StagedFragment], owner: str) -> list[tuple[str, str]]:
+    """Lease every staged fragment for this commit, then check that its chunks are all there; returns the
+    ``(fragment, holder)`` leases to remove once committed.
+
+    A fragment whose stager's lease this process wrote moments ago (:func:`leases.fresh`)
+    is protected by it: the commit writes no lease of its own, and still lists the
+    fragment after that lease existed, as the rule with gc's marks asks.
 
     Raises:
         StagedFragmentExpiredError: a fragment's chunks are missing (gc removed them, or
             it was staged by another store) or gc is removing them.
     """
+    relied_on = []
     for fragment in fragments:
         listed = [(chunk.filename, chunk.num_bytes) for chunks in fragment.chunks.values() for chunk in chunks]
         if not listed:
             continue
-        leases.take(head.storage, fragment.transaction, owner, fragment.lease)
+        own = not leases.fresh(head.storage, fragment.transaction, fragment.lease)
+        if own:
+            leases.take(head.storage, fragment.transaction, owner, fragment.lease)
         try:
             leases.check_present(head.storage, fragment.transaction, listed)
         except StagedFragmentExpiredError:
-            with contextlib.suppress(StorageError):  # leave the store as it was
-                head.storage.delete(layout.lease(fragment.transaction, owner))
+            if own:
+                with contextlib.suppress(StorageError):  # leave the store as it was
+                    head.storage.delete(layout.lease(fragment.transaction, owner))
             raise
+        relied_on.append((fragment.transaction, fragment.transaction))  # the stager's
+        if own:
+            relied_on.append((fragment.transaction, owner))
+    return relied_on
 
 
 def _relocate(head: VersionReader, current: Plan, progress: bool) -> tuple[Plan, StagedFragment | None]:

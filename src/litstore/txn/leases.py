@@ -6,9 +6,12 @@ and a routine ``gc()`` from publishing a version whose chunks are gone:
 
 - **A lease protects a fragment.** The stager writes ``lease-<id>.json``
   (:class:`~litstore.format.models.FragmentLease`) before its first chunk, and a commit
-  writes one of its own before it looks at the fragment's files. gc removes no file of
-  a fragment while any of its leases holds: for ``seconds`` after the storage wrote
-  it, judged by the storage's own clock (:func:`storage_clock`), never by a host's.
+  writes one of its own before it looks at the fragment's files, unless this very
+  process wrote the stager's lease moments before (:func:`fresh`: an ``append`` stages
+  and commits in one call), which then holds for at least nine tenths of its term from
+  the commit's start, as the commit's own would. gc removes no file of a fragment
+  while any of its leases holds: for ``seconds`` after the storage wrote it, judged by
+  the storage's own clock (:func:`storage_clock`), never by a host's.
 - **gc marks before it removes, commits look after they lease.** gc writes
   ``doomed-<id>.json`` and then lists the fragment again; a commit writes its lease
   and then lists the fragment (:func:`check_present`). Whichever writes second sees
@@ -19,12 +22,13 @@ and a routine ``gc()`` from publishing a version whose chunks are gone:
 Every chunk a commit publishes must exist with the size its fragment recorded: one
 listing per fragment, so a fragment of another store, or one gc removed, is refused
 before any version names it. After the commit record is created the version keeps
-the fragment, and the commit removes its own lease and the stager's, by name (a
-lease that outlives its commit would only delay removing chunks later versions drop).
+the fragment, and the commit removes the leases it relied on, by name (a lease that
+outlives its commit would only delay removing chunks later versions drop).
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime, timedelta
 
@@ -37,6 +41,11 @@ from litstore.storage import FileInfo, MissingFileError, Storage
 
 #: How long a staged fragment is protected from gc without being committed.
 DEFAULT_LEASE = timedelta(days=1)
+#: The longest a stager's lease this process wrote counts as fresh (see :func:`fresh`).
+FRESH_SECONDS = 60.0
+# The leases this process wrote and has not released: (storage, fragment, holder) -> time.monotonic()
+# just before the write (the storage stamped the file later, so the lease holds at least that long).
+_written: dict[tuple[str, str, str], float] = {}
 
 
 def lease_seconds(lease: timedelta | None) -> float:
@@ -49,19 +58,41 @@ def lease_seconds(lease: timedelta | None) -> float:
 
 def take(storage: Storage, fragment: str, holder: str, seconds: float) -> None:
     """Write ``holder``'s lease on ``fragment``: gc leaves its files alone for ``seconds`` from now."""
+    started = time.monotonic()
     lease = FragmentLease(fragment=fragment, holder=holder, seconds=seconds, taken_at=datetime.now(UTC))
     storage.write(layout.lease(fragment, holder), lease.model_dump_json().encode())
+    _written[(storage.url, fragment, holder)] = started
 
 
-def release(storage: Storage, fragments: Iterable[str], holder: str) -> None:
-    """Remove the stager's lease and ``holder``'s on each of ``fragments`` (committed now: their versions keep
-    them); by name, no listing. Another writer's lease on the same fragment stays until it runs out. Best effort."""
-    for fragment in fragments:
-        for lease_holder in dict.fromkeys((fragment, holder)):
-            try:
-                storage.delete(layout.lease(fragment, lease_holder))
-            except StorageError:
-                pass  # a lease left behind runs out by itself; the commit happened
+def fresh(storage: Storage, fragment: str, seconds: float) -> bool:
+    """Whether this process wrote the stager's lease on ``fragment`` (of ``seconds``) so recently (less than a
+    tenth of its term, and at most :data:`FRESH_SECONDS`, ago) that a commit may rely on it instead of its own.
+
+    Judged by this process's monotonic clock from just before the write; the storage
+    stamped the file after that, and its clock runs at the same rate, so the lease
+    holds, by the storage's clock, for nine tenths of its term from now: a commit
+    that writes its own gets the whole term. A fragment staged by another process
+    (a Ray task, an ingest worker) or long ago is never fresh.
+    """
+    written = _written.get((storage.url, fragment, fragment))
+    return written is not None and time.monotonic() - written < min(FRESH_SECONDS, seconds / 10)
+
+
+def forget(storage: Storage, fragment: str) -> None:
+    """Forget the stager's lease on ``fragment`` (discarded: its files are gone)."""
+    _written.pop((storage.url, fragment, fragment), None)
+
+
+def release(storage: Storage, leases: Iterable[tuple[str, str]]) -> None:
+    """Remove the ``(fragment, holder)`` leases a commit relied on (its fragments committed now: their versions
+    keep them); by name, no listing. Another writer's lease on the same fragment stays until it runs out.
+    Best effort."""
+    for fragment, holder in leases:
+        _written.pop((storage.url, fragment, holder), None)
+        try:
+            storage.delete(layout.lease(fragment, holder))
+        except StorageError:
+            pass  # a lease left behind runs out by itself; the commit happened
 
 
 def check_present(storage: Storage, fragment: str, chunks: Sequence[tuple[str, int]]) -> None:

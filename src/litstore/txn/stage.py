@@ -216,6 +216,7 @@ def write_chunk_hashes(storage: Storage, chunk: str, hashes: bytes | memoryview)
 def discard(storage: Storage, fragment: StagedFragment) -> None:
     """Remove a staged fragment that will never be committed."""
     storage.delete_tree(layout.fragment(fragment.transaction))
+    leases.forget(storage, fragment.transaction)
 
 
 def _rows_of(run: Batch | Moved, key_type: pa.DataType) -> tuple[pa.Table, pa.Array | pa.ChunkedArray]:
