@@ -56,7 +56,7 @@ def runs_agree_with_manifest(reader: VersionReader, gone: Sequence[str] = ()) ->
 
 def _history(root: Path, **options: Any) -> tuple[litstore.Store, dict[int, dict[Any, Record]]]:
     """A format-2 store with appends, upserts, deletes and tags; every version's records."""
-    store = litstore.Store.create(root, key="id", chunk_bytes=4096, **options)
+    store = litstore.Store.create(root, key="id", chunk_bytes=4096, **{"format_version": 2, **options})
     store.append([_record(key, 0) for key in _keys(range(300))])
     store.tag("first")
     store.append([_record(key, 1) for key in _keys(range(300, 400))])
@@ -105,7 +105,7 @@ def test_upgrade_keeps_records_and_history_and_indexes_every_key(tmp_path: Path)
 
 @ON_S3_TOO
 def test_upgrade_on_any_backend(make_any_store: Callable[..., litstore.Store]) -> None:
-    store = make_any_store(key="id", chunk_bytes=2048)
+    store = make_any_store(key="id", chunk_bytes=2048, format_version=2)
     store.append([_record(key, 0) for key in _keys(range(100))])
     store.delete(["k0003"])
     before = store.version
@@ -130,7 +130,7 @@ def test_upgrade_of_a_format_3_store_or_an_empty_one_commits_nothing(tmp_path: P
     native = litstore.Store.create(tmp_path / "a", key="id", format_version=3)
     native.append([_record(key, 0) for key in _keys(range(10))])
     assert native.upgrade() == native.version and native.version.number == 1
-    empty = litstore.Store.create(tmp_path / "b", key="id")
+    empty = litstore.Store.create(tmp_path / "b", key="id", format_version=2)
     assert empty.upgrade().number == 0 and empty.config.format_version == 3
     empty.append([_record("a", 0)])
     assert len(empty.version.key_runs) == 1 and litstore.open(tmp_path / "b")["a"] == _record("a", 0)

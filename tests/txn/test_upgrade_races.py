@@ -29,7 +29,7 @@ def _record(key: str, rev: int = 0) -> Record:
 
 
 def _store(root: Path) -> litstore.Store:
-    store = litstore.Store.create(root, key="id", chunk_bytes=2048)
+    store = litstore.Store.create(root, key="id", chunk_bytes=2048, format_version=2)
     store.append([_record(f"a{i:03d}") for i in range(200)])
     store.delete(["a007"])
     return store
