@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 
 import litstore
 from litstore.format import hashing, layout
@@ -28,10 +29,11 @@ def _manifest_columns(root: Path) -> list[list[str]]:
     return [pq.read_schema(path).names for path in sorted((root / "manifests").glob("*.parquet"))]
 
 
-def test_new_stores_leave_key_hashes_out_of_their_files(tmp_path: Path) -> None:
-    store = litstore.Store.create(tmp_path / "s", key="id")
+@pytest.mark.parametrize("format_version", [2, 3])
+def test_new_stores_leave_key_hashes_out_of_their_files(tmp_path: Path, format_version: int) -> None:
+    store = litstore.Store.create(tmp_path / "s", key="id", format_version=format_version)
     store.append([{"id": f"k{i}", "v": i} for i in range(50)])
-    assert store.config.format_version == 2
+    assert store.config.format_version == format_version
     assert all("key_hash" not in names for names in _manifest_columns(tmp_path / "s"))
     manifest = litstore.open(tmp_path / "s").manifest()
     assert manifest.column("key_hash").to_pylist() == hashing.key_hashes(manifest.column("key").to_pylist()).tolist()

@@ -52,11 +52,16 @@ def _contents(store: litstore.Snapshot) -> dict[int, dict[Any, Record]]:
 
 
 def _files_of(view: litstore.Snapshot) -> set[str]:
-    """The files a version names: its commit record, indexes, manifest files and chunks."""
+    """The files a version names: its commit record, indexes, manifest files, key runs, chunks and
+    (format 3) the chunks' hashes sidecars."""
     version = view.version
     files = {layout.version_record(version.number), *version.indexes.values()}
     files.update(path for path in (version.manifest, version.checkpoint) if path)
-    files.update(chunk.filename for split in view.chunks().values() for chunk in split)
+    files.update(run.path for run in version.key_runs)
+    chunks = {chunk.filename for split in view.chunks().values() for chunk in split}
+    files.update(chunks)
+    if view.config.format_version >= 3:
+        files.update(layout.chunk_hashes(chunk) for chunk in chunks)
     return files
 
 

@@ -508,6 +508,26 @@ def test_altered_manifest_chunk_is_reported(root: Path) -> None:
 
 @pytest.mark.parametrize("outside", ["/etc/passwd", "../outside.bin", "fragments/../../x.bin", "litstore.json"])
 def test_manifest_naming_a_file_outside_the_layout_is_refused(root: Path, outside: str) -> None:
+    """Every reader of the manifest refuses the row; a lookup (format 3) reads the key runs instead,
+    which name the record's real chunk, and never opens the planted name."""
+    target = _pick(root)
+    expected = litstore.open(root)[target["key"]]
+    _rewrite_delta(root, LATEST, _edit_row(target["key"], chunk=outside))
+    with pytest.raises(litstore.IntegrityError, match="is not a chunk path"):
+        litstore.open(root).manifest()
+    with pytest.raises(litstore.IntegrityError, match="is not a chunk path"):
+        _verify(root)
+    assert litstore.open(root).config.format_version == 3
+    assert litstore.open(root)[target["key"]] == expected
+
+
+@pytest.mark.parametrize("outside", ["/etc/passwd", "../outside.bin"])
+def test_a_format_2_lookup_refuses_a_manifest_naming_a_file_outside(tmp_path: Path, outside: str) -> None:
+    """At format 2 a lookup reads the manifest: it refuses the planted row."""
+    root = tmp_path / "store"
+    store = litstore.Store.create(root, key="id", splits=SPLITS, chunk_bytes=4096, format_version=2)
+    for prefix in BATCHES:
+        store.append(_records(prefix, PER_BATCH))
     target = _pick(root)
     _rewrite_delta(root, LATEST, _edit_row(target["key"], chunk=outside))
     with pytest.raises(litstore.IntegrityError, match="is not a chunk path"):

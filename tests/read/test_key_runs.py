@@ -237,8 +237,8 @@ def test_a_footer_that_lies_about_its_count_is_refused(damaged_store: litstore.S
 
 def test_a_format_2_store_reads_and_writes_without_key_runs(tmp_path: Path) -> None:
     root = tmp_path / "s"
-    store = litstore.Store.create(root, key="id")
-    assert store.config.format_version == 2, "the default, for now"
+    store = litstore.Store.create(root, key="id", format_version=2)
+    assert store.config.format_version == 2
     store.append([_record(f"k{i}", 0) for i in range(20)])
     store.delete(["k3"])
     reopened = litstore.open(root)

@@ -26,12 +26,14 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
 import litstore
-from litstore.format import layout
+from litstore.format import keyrun, layout
+from litstore.format.models import STORE_FORMAT_VERSION
 from tests.conftest import tree_state
 
 Record = dict[str, Any]
@@ -68,10 +70,12 @@ class Planted:
 
 
 @pytest.fixture
-def planted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Planted:
+def planted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> Planted:
+    """The planted store, of the format ``request.param`` (indirect parametrization) or the default."""
     monkeypatch.setenv("LITSTORE_VIEWS", str(tmp_path / "views"))
     root, outside = tmp_path / "store", tmp_path / "outside"
-    store = litstore.Store.create(root, chunk_bytes=1024)
+    format_version = getattr(request, "param", STORE_FORMAT_VERSION)
+    store = litstore.Store.create(root, chunk_bytes=1024, format_version=format_version)
     store.append([_record(i) for i in range(40)])
     store.upsert([_record(i, rev=1) for i in range(0, 40, 5)])
     store.delete([f"k{i:03d}" for i in range(1, 40, 7)])
@@ -113,12 +117,32 @@ def _exercise(root: Path) -> dict[str, str]:
 
 def _edit_manifests(planted: Planted, chunk: str) -> None:
     """Point the first row of every manifest file (deltas and checkpoints) at ``chunk``."""
-    for path in sorted((planted.root / layout.MANIFESTS).iterdir()):
+    for path in sorted((planted.root / layout.MANIFESTS).glob("*.parquet")):
         table = pq.read_table(path)
         chunks = table.column("chunk").to_pylist()
         chunks[0] = chunk
         table = table.set_column(table.schema.get_field_index("chunk"), "chunk", pa.array(chunks, pa.string()))
         pq.write_table(table, path)
+
+
+def _edit_key_runs(planted: Planted, chunk: str) -> None:
+    """Name ``chunk`` first in the chunk table of every key run, fixing the sizes the records give."""
+    sizes: dict[str, int] = {}
+    for number in (1, 2, 3):
+        for ref in planted.record(number)["key_runs"]:
+            path = planted.root / ref["path"]
+            if ref["path"] in sizes:
+                continue
+            data = path.read_bytes()
+            _, count, _, names_bytes, _, _, _ = keyrun.FOOTER.unpack(data[-keyrun.footer_size() :])
+            start = count * keyrun.ENTRY.itemsize
+            entries = np.frombuffer(data[:start], dtype=keyrun.ENTRY)
+            names = data[start : start + names_bytes].decode().split("\n")
+            path.write_bytes(keyrun.encode(entries, [chunk, *names[1:]]))
+            sizes[ref["path"]] = path.stat().st_size
+    for number in (1, 2, 3):
+        runs = [{**ref, "size": sizes[ref["path"]]} for ref in planted.record(number)["key_runs"]]
+        planted.rewrite_record(number, key_runs=runs)
 
 
 def _edit_index(planted: Planted, number: int, filename: str) -> None:
@@ -203,6 +227,14 @@ METADATA_CASES: dict[str, tuple[Callable[[Planted], None], dict[str, str]]] = {
         lambda p: _edit_manifests(p, str(p.outside / "secret.txt")),
         _failing("IntegrityError", "lookup", "items", "versions", "verify"),
     ),
+    "key runs: chunk outside": (
+        lambda p: _edit_key_runs(p, "../outside/secret.txt"),
+        _failing("IntegrityError", "lookup"),
+    ),
+    "key runs: absolute chunk": (
+        lambda p: _edit_key_runs(p, str(p.outside / "secret.txt")),
+        _failing("IntegrityError", "lookup"),
+    ),
 }
 
 #: The names are the store's own, but the files are not what they claim to be.
@@ -221,9 +253,35 @@ FILE_CASES: dict[str, tuple[Callable[[Planted], None], dict[str, str]]] = {
 }
 
 
-@pytest.mark.parametrize("case", sorted({**METADATA_CASES, **FILE_CASES}))
+#: What items() does instead at format 3, where it reads the index and the chunks' hashes
+#: sidecars, not the manifest: it refuses a chunk name planted in the index and does not
+#: read manifests/ at all.
+_ITEMS_AT_FORMAT_3 = {
+    "index: absolute chunk": "IntegrityError",
+    "index: /dev/zero chunk": "IntegrityError",
+    "index: ../x chunk": "IntegrityError",
+    "index: chunk escaping fragments/": "IntegrityError",
+    "manifests: chunk outside": "ok",
+    "manifests: absolute chunk": "ok",
+    "manifests/ links outside": "ok",
+}
+
+
+def _planted_cases() -> list[Any]:
+    """(format, case) for every case, at format 2 and 3; key runs exist only at format 3."""
+    return [
+        pytest.param(format_version, case, id=f"format {format_version}: {case}")
+        for format_version in (2, 3)
+        for case in sorted({**METADATA_CASES, **FILE_CASES})
+        if format_version == 3 or not case.startswith("key runs")
+    ]
+
+
+@pytest.mark.parametrize(("planted", "case"), _planted_cases(), indirect=["planted"])
 def test_a_planted_store_never_reaches_outside_its_root(planted: Planted, case: str) -> None:
     plant, expected = {**METADATA_CASES, **FILE_CASES}[case]
+    if litstore.open(planted.root).config.format_version == 3 and case in _ITEMS_AT_FORMAT_3:
+        expected = {**expected, "items": _ITEMS_AT_FORMAT_3[case]}
     plant(planted)
     outside, store = tree_state(planted.outside), tree_state(planted.root)
 
@@ -269,7 +327,13 @@ def test_gc_never_deletes_through_a_linked_folder(planted: Planted) -> None:
         pytest.param(lambda data: b"\xff\xfe not json", id="not json"),
         pytest.param(lambda data: b"[1, 2, 3]", id="a list"),
         pytest.param(lambda data: data.replace(b'"key"', b'"kee"'), id="unknown field"),
-        pytest.param(lambda data: data.replace(b'"format_version": 2', b'"format_version": 99'), id="newer format"),
+        pytest.param(
+            lambda data: data.replace(
+                f'"format_version": {STORE_FORMAT_VERSION}'.encode(),
+                f'"format_version": {STORE_FORMAT_VERSION + 1}'.encode(),
+            ),
+            id="newer format",
+        ),
     ],
 )
 def test_a_damaged_config_is_an_integrity_error(planted: Planted, damage: Callable[[bytes], bytes]) -> None:

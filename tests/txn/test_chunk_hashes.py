@@ -80,7 +80,7 @@ def test_every_write_kind_writes_a_sidecar_for_each_chunk(make_store: Callable[.
 
 
 def test_format_2_writes_no_sidecars(make_store: Callable[..., litstore.Store]) -> None:
-    store = make_store(key="id", splits=SPLITS, chunk_bytes=2048)
+    store = make_store(key="id", splits=SPLITS, chunk_bytes=2048, format_version=2)
     store.append([_record(i) for i in range(100)])
     store.delete(["k0003"])
     bins, sidecars = _chunk_files(store.root)

@@ -85,6 +85,8 @@ def _retype_keys(root: str, to_type: pa.DataType, convert: object) -> None:
 
     manifests = os.path.join(root, "manifests")
     for name in os.listdir(manifests):
+        if not name.endswith(".parquet"):
+            continue  # key runs (format 3) hold key hashes, not keys
         path = os.path.join(manifests, name)
         table = pq.read_table(path)
         keys = pa.array([convert(key) for key in table.column("key").to_pylist()], to_type)  # type: ignore[operator]
