@@ -1,8 +1,10 @@
 """Record values from strangers: stored bytes never run code or crash a reader, bad input never reaches disk.
 
 Hostile stored records are planted by writing a real record of the same byte length
-and overwriting its bytes in the chunk file and its content hash in the manifest, so
-the store is consistent with itself and only the record's own bytes are hostile.
+and overwriting its bytes in the chunk file and its content hash in the manifest (and,
+through ``tests.planting.restamp``, in the chunk's hashes sidecar, the key runs and
+the fingerprint), so the store is consistent with itself and only the record's own
+bytes are hostile.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from PIL import Image as PILImage
 
 import litstore
 from tests.conftest import tree_state
+from tests.planting import restamp
 
 _TUPLE, _NDARRAY, _TENSOR, _MEDIA = 1, 2, 4, 6
 
@@ -65,6 +68,7 @@ def _plant(store: litstore.Store, value: Any) -> str:
     table = pq.read_table(manifest)
     hashes = pa.array([xxhash.xxh3_128_digest(hostile)], type=table.schema.field("content_hash").type)
     pq.write_table(table.set_column(table.schema.get_field_index("content_hash"), "content_hash", hashes), manifest)
+    restamp(store.root)
     return "a"
 
 
@@ -79,6 +83,7 @@ def _expect_unreadable(store: litstore.Store, *names: str) -> None:
             read()
         for name in names:
             assert name in str(caught.value), f"{name!r} not named in: {caught.value}"
+        assert "do not match their committed content hash" not in str(caught.value), "refused as damage, not decoded"
     report = reopened.verify()
     assert not report.ok
 
@@ -261,3 +266,16 @@ def test_numpy_keys_are_stored_as_the_keys_they_stand_for(make_store: Callable[.
     named = make_store(key="id")
     named.append([{"id": np.str_("a"), "v": 1}])
     assert type(named["a"]["id"]) is str
+
+
+def test_a_planted_record_that_is_a_record_reads_back_everywhere(store: litstore.Store) -> None:
+    """The planting leaves nothing but the record's bytes for a reader to catch: an honest record planted
+    so reads back through every reader and verifies, so the refusals above are the codec's own."""
+    _plant(store, b"y" * 40)
+    reopened = litstore.open(store.root)
+    expected = {"id": "a", "v": b"y" * 40}
+    assert reopened["a"] == expected
+    assert reopened.get_many(["a"]) == [expected]
+    assert list(reopened.dataset()) == [expected]
+    assert dict(reopened.items()) == {"a": expected}
+    assert reopened.verify().ok

@@ -27,6 +27,7 @@ from litstore._litdata import chunk as chunk_layout
 from litstore.format import codec, hashing
 from litstore.snapshot import MISSING
 from tests.conftest import reopen
+from tests.planting import restamp
 
 Record = dict[str, Any]
 
@@ -116,7 +117,8 @@ def test_get_many_with_unusual_str_keys(make_any_store: Callable[..., litstore.S
 
 
 def _swap_rows(store: litstore.Store, first: str, second: str) -> None:
-    """Point ``first``'s row in the latest manifest delta at ``second``'s record (chunk, row and content hash)."""
+    """Point ``first``'s row in the latest manifest delta (and key runs) at ``second``'s record (chunk, row and
+    content hash)."""
     path = Path(store.root) / str(store.head().version.manifest)
     table = pq.read_table(path)
     keys = table.column("key").to_pylist()
@@ -129,9 +131,32 @@ def _swap_rows(store: litstore.Store, first: str, second: str) -> None:
         columns[name] = pa.array(values, table.schema.field(name).type)
     path.chmod(0o644)
     pq.write_table(pa.table(columns, schema=table.schema), path)
+    restamp(store.root)
 
 
 def test_a_row_pointing_at_another_keys_record_never_serves_it(store: litstore.Store) -> None:
+    """At format 3 (the default) the key runs name each entry's key by its keyprint, so an entry whose record
+    holds another key is a damaged index: refused, naming the key. The records around it still read."""
+    _swap_rows(store, "k210", "k250")
+    reopened = litstore.open(store.root)
+    for read in (
+        lambda: reopened.get_many(["k250", "k210"]),
+        lambda: reopened.get_many(["k250", "k210", "k011"], default=None),
+        lambda: reopened["k210"],
+    ):
+        with pytest.raises(litstore.IntegrityError, match=r"points key 'k210' at chunk .* which holds another record"):
+            read()
+    found = reopened.get_many(["k250", "k011"])
+    _same(found[0], _record("k250"))
+    _same(found[1], _record("k011"))
+
+
+def test_a_row_pointing_at_another_keys_record_is_a_missing_key_at_format_2(
+    make_store: Callable[..., litstore.Store],
+) -> None:
+    """Format 2 only: its key index holds key hashes alone, so a record of another key is a hash collision and
+    the key is looked for at its other positions (here: none)."""
+    store = _filled(lambda **options: make_store(format_version=2, **options))
     _swap_rows(store, "k210", "k250")
     reopened = litstore.open(store.root)
     with pytest.raises(KeyNotFoundError, match="k210"):
@@ -174,7 +199,8 @@ def test_get_many_reads_records_msgpack_defaults_refuse(make_store: Callable[...
 
 
 def _plant(store: litstore.Store, key: str, payload_of: Callable[[int], bytes]) -> tuple[str, int]:
-    """Replace ``key``'s stored payload with ``payload_of(its length)``, its manifest row given the new hash."""
+    """Replace ``key``'s stored payload with ``payload_of(its length)``, its manifest row (and sidecar, key runs)
+    given the new hash."""
     path = Path(store.root) / str(store.head().version.manifest)
     table = pq.read_table(path)
     entry = next(row for row in table.to_pylist() if row["key"] == key)
@@ -194,6 +220,7 @@ def _plant(store: litstore.Store, key: str, payload_of: Callable[[int], bytes]) 
     column = table.schema.get_field_index("content_hash")
     path.chmod(0o644)
     pq.write_table(table.set_column(column, "content_hash", pa.array(hashes, table.schema.field(column).type)), path)
+    restamp(store.root)
     return entry["chunk"], entry["row"]
 
 

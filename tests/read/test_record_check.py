@@ -6,7 +6,7 @@ same :class:`~litstore.DamagedRecordError` from every reader: ``snapshot[key]``,
 ``get_many``, ``items``, streaming block by block (local chunks) and item by item
 (litdata's own reader path), naming key, version, chunk and row and pointing at
 ``store.verify()``. The stores here are real ones, damaged by editing their chunk
-files (and, for the hostile writer, their manifest).
+files (and, for the hostile writer, their manifest, hashes sidecars and key runs: ``tests.planting``).
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from litstore.read.checked import RecordCheck, mismatched
 from litstore.read.chunks import ChunkCache
 from litstore.read.decoded import DecodedChunk
 from litstore.storage.local import LocalStorage
+from tests.planting import restamp
 
 COUNT = 300
 Reader = Callable[[litstore.Store, Path], Any]
@@ -95,6 +96,7 @@ def _plant(store: litstore.Store, key: str, payload_of: Callable[[int], bytes]) 
     pq.write_table(
         table.set_column(column, "content_hash", pa.array(hashes, table.schema.field(column).type)), manifest
     )
+    restamp(store.root)
     return entry["chunk"], entry["row"]
 
 
