@@ -79,8 +79,8 @@ def blocks(start: int, stop: int, size: int) -> list[tuple[int, int]]:
     return [(first, min(first + size, stop)) for first in range(start, stop, size)]
 
 
-def lookup_key(n: int, salt: str = "") -> str:
-    return f"rec-{random.Random(f'{SEED}{salt}').randrange(max(n, 1)):09d}"
+def lookup_key(n: int) -> str:
+    return f"rec-{random.Random(SEED).randrange(max(n, 1)):09d}"
 
 
 # -- probes: what each fresh process runs ----------------------------------------------------
@@ -159,24 +159,29 @@ def probe_writes(spec: dict[str, Any]) -> dict[str, Any]:
     """Writes ``first`` to ``last`` (setup): appends of new keys, and every ``upsert_every``-th an upsert."""
     root, n, payload = spec["root"], spec["n"], spec["payload"]
     rng = random.Random(f"{SEED}-writes-{spec['first']}")
-    lance = _lance() if spec["kind"] == LANCE else None
-    store = None if lance else _litstore().open(root)
+    write: Callable[[Any, bool], Any]
+    if spec["kind"] == LANCE:
+        lance = _lance()
+
+        def write(table: Any, appends: bool) -> Any:
+            if appends:
+                return lance.write_dataset(table, root, mode="append")
+            upsert = lance.dataset(root).merge_insert("id").when_matched_update_all().when_not_matched_insert_all()
+            return upsert.execute(table)
+    else:
+        store = _litstore().open(root)
+
+        def write(table: Any, appends: bool) -> Any:
+            return (store.append if appends else store.upsert)(table)
+
     start = time.perf_counter()
-    for write in range(spec["first"], spec["last"]):
-        appends = not is_upsert(write, spec["upsert_every"])
+    for number in range(spec["first"], spec["last"]):
+        appends = not is_upsert(number, spec["upsert_every"])
         if appends:
-            table = record_table(0, SMALL_WRITE, payload, prefix=f"w{write}")
+            write(record_table(0, SMALL_WRITE, payload, prefix=f"w{number}"), True)
         else:
             first = rng.randrange(max(n - SMALL_WRITE, 0) + 1)
-            table = record_table(first, min(first + SMALL_WRITE, n), payload, label=-1 - write)
-        if store is not None:
-            (store.append if appends else store.upsert)(table)
-        elif appends:
-            lance.write_dataset(table, root, mode="append")
-        else:
-            lance.dataset(root).merge_insert("id").when_matched_update_all().when_not_matched_insert_all().execute(
-                table
-            )
+            write(record_table(first, min(first + SMALL_WRITE, n), payload, label=-1 - number), False)
     return {"seconds": time.perf_counter() - start}
 
 

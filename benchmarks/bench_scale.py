@@ -63,6 +63,7 @@ for memory, say) shows as ``failed``; a store whose build failed is left out of 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import os
@@ -333,8 +334,7 @@ class Bench:
         self.add(size, "size on disk", "MiB", {kind: dir_bytes(root) / 2**20 for kind, root in roots.items()})
         took = time.perf_counter() - begun
         print(f"[{time.perf_counter() - self.started:6.0f} s] size {size.label} took {took:.0f} s", file=sys.stderr)
-        if not self.args.keep:
-            shutil.rmtree(folder, ignore_errors=True)
+        self.discard(folder)
 
     def measure_reads(self, size: Size, roots: dict[str, Path], reference: dict[str, Result]) -> dict[str, Result]:
         """The figures that leave the stores as they were; the first lookups' results."""
@@ -505,6 +505,11 @@ class Bench:
             )
             self.figure(size, f"↳ the writes up to {done:,} (setup, one process)", "s", made)
 
+    def discard(self, folder: Path) -> None:
+        """Remove stores measured (disk is short at 100M), unless ``--keep``."""
+        if not self.args.keep:
+            shutil.rmtree(folder, ignore_errors=True)
+
     def empty_peaks(self, reference: dict[str, Result]) -> dict[str, float | None]:
         return {kind: value(reference.get(f"empty {kind}"), "peak_mib") for kind in self.kinds}
 
@@ -515,7 +520,7 @@ class Bench:
             size = Size(n, SMALL_PAYLOAD)
             tables = {kind: self.call("build_table", kind, folder / f"table-{kind}", n=n) for kind in self.kinds}
             ingests = {kind: self.call("build_ingest", kind, folder / f"ingest-{kind}", n=n) for kind in self.ours}
-            shutil.rmtree(folder, ignore_errors=True)
+            self.discard(folder)
             lance = rates(tables, n).get(LANCE)
             for name, results, shown in (
                 ("append(Arrow table)", tables, rates(tables, n)),
@@ -537,7 +542,7 @@ class Bench:
             n = self.args.dicts_n
             size = Size(n, BIG_PAYLOAD)
             made = {kind: self.call("dicts", kind, folder / f"dicts-{kind}", n=n) for kind in self.kinds}
-            shutil.rmtree(folder, ignore_errors=True)
+            self.discard(folder)
             shown = rates(made, n)
             name = f"{n:,} x 1 KiB dicts in {DICTS_APPENDS} ingest(num_workers={INGEST_WORKERS})"
             self.add(
@@ -719,7 +724,7 @@ def main(argv: Sequence[str]) -> int:
         if set(PER_SIZE) & set(bench.figures):
             sizes = [Size(n, SMALL_PAYLOAD) for n in args.n]
             sizes += [Size(args.big_records, BIG_PAYLOAD)] if args.big_records else []
-            steps += [lambda size=size: bench.measure_size(size) for size in sizes]
+            steps += [functools.partial(bench.measure_size, size) for size in sizes]
         if {"build", "dicts"} & set(bench.figures):
             steps.append(bench.measure_building)
         for step in steps:
