@@ -56,9 +56,9 @@ def total(timings: Sequence[Timing]) -> Timing:
     return sum(timings, Timing(0.0, 0.0))
 
 
-def peak_rss_bytes() -> int:
-    """This process's peak resident memory (VmHWM), in bytes."""
-    for line in Path("/proc/self/status").read_text().splitlines():
+def peak_rss_bytes(pid: int | None = None) -> int:
+    """The peak resident memory (VmHWM), in bytes, of this process or of the live process ``pid``."""
+    for line in Path(f"/proc/{pid or 'self'}/status").read_text().splitlines():
         if line.startswith("VmHWM:"):
             return int(line.split()[1]) * 1024
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
@@ -84,3 +84,9 @@ def print_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
     print("  ".join("-" * width for width in widths))
     for row in rows:
         print(line.format(*row))
+
+
+def print_markdown(header: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
+    """A GitHub markdown table (pipes in cells escaped), ready to paste into the README."""
+    for cells in (header, ["---"] * len(header), *rows):
+        print("| " + " | ".join(str(cell).replace("|", "\\|") for cell in cells) + " |")
