@@ -92,7 +92,8 @@ def check_key_index(storage: Storage, version: Version, listed: Listed, names: N
             numbers = list(range(start, min(start + _PAGES_AT_ONCE, len(tail.fences))))
             pages = _checked_pages(reader, numbers, problems)
             if pages:
-                parts.append(_entry_columns(np.concatenate(pages), codes, number))
+                joined = np.concatenate([page.view(np.uint8) for page in pages]).view(keyrun.ENTRY)  # (as bytes: fast)
+                parts.append(_entry_columns(joined, codes, number))
     if problems:  # lookups through a damaged run fail; what it would have said cannot be checked
         return problems
     resolved, keys = _resolve(parts)
