@@ -12,7 +12,10 @@ compares that with the manifest and the commit record:
   none can disagree with its key);
 - chunk files that are missing, truncated, or whose layout is damaged;
 - record counts and the fingerprint, recomputed from the manifest and from the
-  data, against the commit record.
+  data, against the commit record;
+- for a format-3 version, its key runs and its chunks' hashes sidecars, which
+  lookups and streaming read instead of the manifest, against the manifest
+  (:mod:`litstore.ops.verify_index`).
 
 In bounded memory: the manifest is streamed, one row group at a time, into 34 bytes
 of fixed-size numpy columns per row (:mod:`litstore.ops.verify_listed`), never one
@@ -22,9 +25,10 @@ A manifest row and the item at its chunk and row agree when their pair hashes
 (xxh3-128 of key bytes and content hash, the fingerprint's terms) do; only the rows
 and items that disagree, or whose key hashes meet, are read again to name their keys.
 Memory is about 40 bytes a record (50 while the rows are sorted by place) plus a few
-chunks. ``num_workers`` processes read the chunks (and one the manifest) while this
-one matches what they return: xxhash and msgpack hold the GIL for small items, so
-threads would not run them side by side.
+chunks; a format-3 version keeps 40 bytes more a row, and its key runs' entries (48
+bytes each, with a sort's 8) while they are checked. ``num_workers`` processes read
+the chunks (and one the manifest) while this one matches what they return: xxhash
+and msgpack hold the GIL for small items, so threads would not run them side by side.
 """
 
 from __future__ import annotations
