@@ -28,6 +28,7 @@ import pytest
 
 import litstore
 from litstore.cli import interchange
+from litstore.format import layout
 
 pytestmark = pytest.mark.integration
 
@@ -257,6 +258,18 @@ def test_verify_exits_1_when_a_chunk_byte_is_flipped(tmp_path: Path) -> None:
     chunk.write_bytes(bytes(data))
     assert "FAILED" in cli("verify", root, "--no-progress", code=1).stdout
     assert cli_json("verify", root, "--no-progress", code=1)["ok"] is False
+
+
+def test_verify_names_a_sidecar_that_disagrees_with_the_manifest(tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    cli("create", root)
+    cli("import", root, _write_jsonl(tmp_path / "in.jsonl", [_record(i) for i in range(10)]), "--no-progress")
+    sidecar = layout.chunk_hashes(litstore.open(root).chunks()["train"][0].filename)
+    (root / sidecar).write_bytes((root / sidecar).read_bytes()[:-1])
+    shown = cli("verify", root, "--no-progress", code=1).stdout
+    assert "FAILED" in shown and "key index and sidecar problems" in shown and sidecar in shown.replace("\n", "")
+    (line,) = cli_json("verify", root, "--no-progress", code=1)["problems"]
+    assert line.startswith("1 key index and sidecar problems (file, problem)") and sidecar in line
 
 
 def test_verify_num_workers_must_not_be_negative(tmp_path: Path) -> None:

@@ -12,7 +12,10 @@ compares that with the manifest and the commit record:
   none can disagree with its key);
 - chunk files that are missing, truncated, or whose layout is damaged;
 - record counts and the fingerprint, recomputed from the manifest and from the
-  data, against the commit record.
+  data, against the commit record;
+- for a format-3 version, its key runs and its chunks' hashes sidecars, which
+  lookups and streaming read instead of the manifest, against the manifest
+  (:mod:`litstore.ops.verify_index`).
 
 In bounded memory: the manifest is streamed, one row group at a time, into 34 bytes
 of fixed-size numpy columns per row (:mod:`litstore.ops.verify_listed`), never one
@@ -22,9 +25,10 @@ A manifest row and the item at its chunk and row agree when their pair hashes
 (xxh3-128 of key bytes and content hash, the fingerprint's terms) do; only the rows
 and items that disagree, or whose key hashes meet, are read again to name their keys.
 Memory is about 40 bytes a record (50 while the rows are sorted by place) plus a few
-chunks. ``num_workers`` processes read the chunks (and one the manifest) while this
-one matches what they return: xxhash and msgpack hold the GIL for small items, so
-threads would not run them side by side.
+chunks; a format-3 version keeps 40 bytes more a row, and its key runs' entries (48
+bytes each, with a sort's 8) while they are checked. ``num_workers`` processes read
+the chunks (and one the manifest) while this one matches what they return: xxhash
+and msgpack hold the GIL for small items, so threads would not run them side by side.
 """
 
 from __future__ import annotations
@@ -43,7 +47,7 @@ from litstore._litdata.index import ChunkInfo
 from litstore.errors import InvalidArgumentError, VerificationError, describe
 from litstore.format import hashing
 from litstore.format.models import StoreConfig, Version
-from litstore.ops import verify_listed, verify_stored
+from litstore.ops import verify_index, verify_listed, verify_stored
 from litstore.storage import Storage
 
 
@@ -63,6 +67,7 @@ class VerifyReport:
     missing_chunks: list[str] = field(default_factory=list)
     damaged_chunks: list[tuple[str, str]] = field(default_factory=list)  # chunk, problem
     count_mismatches: list[tuple[str, int, int]] = field(default_factory=list)  # split, committed, found
+    index_problems: list[tuple[str, str]] = field(default_factory=list)  # key run or sidecar file, problem
     fingerprint: str = ""
     manifest_fingerprint: str = ""
     data_fingerprint: str = ""
@@ -83,6 +88,7 @@ class VerifyReport:
             self.missing_chunks,
             self.damaged_chunks,
             self.count_mismatches,
+            self.index_problems,
         )
         return self.fingerprint_ok and not any(problems)
 
@@ -99,6 +105,7 @@ class VerifyReport:
             ("missing chunks", self.missing_chunks),
             ("damaged chunks", self.damaged_chunks),
             ("record counts (split, committed, found)", self.count_mismatches),
+            ("key index and sidecar problems (file, problem)", self.index_problems),
         ):
             if items:
                 lines.append(f"{len(items)} {label}: {describe(items)}")
@@ -171,6 +178,7 @@ def verify(
             reading = pool.submit(verify_listed.read_listed_and_names, storage, config, version, names)
             read = verify_stored.read_parts(storage, parts, config.key, config.key_type, pool)
             listed, names = reading.result()
+        index_problems = verify_index.check_key_index(storage, version, listed, names)
         matcher = _Matcher(listed, listing_chunks, listing_splits)
         bar = stack.enter_context(tqdm(total=len(listings), desc="verifying", unit="chunk", disable=not progress))
         for stored in read:
@@ -190,6 +198,7 @@ def verify(
                 found_counts[split] = found_counts.get(split, 0) + stored.items
             data_fingerprint += hashing.digest_sum(stored.pairs[stored.keyed])
             matcher.match(part.listing, min(part.start, stored.items), stored.pairs, stored.keyed)
+    index_problems += verify_index.check_sidecars(storage, listings, listed, matcher.rows_at)
     found = matcher.finish(storage, config, listings)
     missing_keys: list[Any] = []
     unexpected_keys: list[Any] = []
@@ -213,6 +222,7 @@ def verify(
         missing_chunks=missing_chunks,
         damaged_chunks=damaged_chunks,
         count_mismatches=count_mismatches,
+        index_problems=index_problems,
         fingerprint=version.fingerprint,
         manifest_fingerprint=hashing.fingerprint_hex(listed.fingerprint),
         data_fingerprint=hashing.fingerprint_hex(data_fingerprint),
@@ -269,6 +279,12 @@ class _Matcher:
             listed_here[items] = True
             odd = np.flatnonzero(~matched)
             self.odd.append((listing, odd + start, listed_here[odd]))
+
+    def rows_at(self, listing: int, count: int) -> tuple[np.ndarray, np.ndarray]:
+        """The manifest rows listed at items ``[0, count)`` of listing ``listing``'s chunk, and those items."""
+        base = np.uint64(int(self.listing_chunks[listing]) << 32)
+        lo, hi = np.searchsorted(self.location, [base, base + np.uint64(count)])
+        return self.order[lo:hi].astype(np.int64), (self.location[lo:hi] - base).astype(np.int64)
 
     def finish(self, storage: Storage, config: StoreConfig, listings: list[tuple[str, ChunkInfo]]) -> _Found:
         """Name what disagreed: read the keys of the few manifest rows and items involved."""

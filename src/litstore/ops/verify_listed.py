@@ -16,6 +16,12 @@ files one row group at a time and keeps, per live row, 34 bytes:
 - ``location`` (8): chunk number << 32 | row;
 - ``split`` (2): the split's number.
 
+For a version of a format-3 store, whose key runs and chunk sidecars
+(:mod:`litstore.ops.verify_index`) are checked against these rows, 40 bytes more
+(:class:`Indexed`): the content hash (16), the keyprint (16), and the key hash key
+runs sort by (xxh3-64 of the key's bytes, 8; left empty when the version lists no
+runs).
+
 The rule needs to know which keys newer deltas mention: those are kept as their
 keyprints (16 bytes each, what key runs identify keys by), sorted by key hash, and a
 row of an older file is dropped when its keyprint is one of them. The few rows a report names are read again by
@@ -69,6 +75,15 @@ class Names:
 
 
 @dataclass
+class Indexed:
+    """What a format-3 version's rows also keep, one entry per row: what its key index and sidecars must say."""
+
+    content: np.ndarray  # (n, 16) uint8: the committed content hash
+    keyprint: np.ndarray  # (n, 2) uint64: the keyprint, as two words
+    run_hash: np.ndarray  # uint64: xxh3-64 of the key's bytes (empty if the version lists no key runs)
+
+
+@dataclass
 class Listed:
     """The live rows of a version's manifest, one entry per row in every array (see the module docstring)."""
 
@@ -80,6 +95,7 @@ class Listed:
     _groups: list[tuple[str, bool, int, np.ndarray]]  # file, is a delta, row group, live rows (packed bits)
     _storage: Storage
     _key_type: str
+    indexed: Indexed | None = None  # kept for a format-3 store's version (see the module docstring)
 
     def __len__(self) -> int:
         return len(self.key_hash)
@@ -171,6 +187,9 @@ def read_listed(storage: Storage, config: StoreConfig, version: Version, names: 
         deltas, checkpoint = log.manifest_chain(storage, version, set(storage.names(layout.MANIFESTS)))
         files = [(path, True) for path in deltas] + ([(checkpoint, False)] if checkpoint else [])
     columns: dict[str, list[np.ndarray]] = {"key_hash": [], "pair": [], "location": [], "split": []}
+    indexed = config.writes_key_runs
+    run_hashed = indexed and bool(version.key_runs)
+    extra: dict[str, list[np.ndarray]] = {"content": [], "keyprint": [], "run_hash": []}
     groups: list[tuple[str, bool, int, np.ndarray]] = []
     mentioned = _Mentioned()
     fingerprint = 0
@@ -198,6 +217,11 @@ def read_listed(storage: Storage, config: StoreConfig, version: Version, names: 
             columns["pair"].append(pair)
             columns["location"].append(location)
             columns["split"].append(split)
+            if indexed:
+                extra["content"].append(_content_rows(rows.column("content_hash")))
+                extra["keyprint"].append(_as_words(prints)[live])
+                if run_hashed:
+                    extra["run_hash"].append(hashing.key_hash_array(rows.column("key")))
         if delta:
             mentioned.add(file_prints)
     empty: dict[str, np.ndarray] = {
@@ -205,11 +229,15 @@ def read_listed(storage: Storage, config: StoreConfig, version: Version, names: 
         "pair": np.empty((0, 16), np.uint8),
         "location": np.empty(0, np.uint64),
         "split": np.empty(0, np.uint16),
+        "content": np.empty((0, 16), np.uint8),
+        "keyprint": np.empty((0, 2), np.uint64),
+        "run_hash": np.empty(0, np.uint64),
     }
     arrays: dict[str, np.ndarray] = {}
-    for name, parts in columns.items():
+    for name, parts in (*columns.items(), *extra.items()):
         arrays[name] = np.concatenate(parts) if parts else empty[name]
         parts.clear()
+    kept = Indexed(arrays["content"], arrays["keyprint"], arrays["run_hash"]) if indexed else None
     return Listed(
         arrays["key_hash"],
         arrays["pair"],
@@ -219,7 +247,15 @@ def read_listed(storage: Storage, config: StoreConfig, version: Version, names: 
         groups,
         storage,
         config.key_type,
+        kept,
     )
+
+
+def _content_rows(column: pa.ChunkedArray) -> np.ndarray:
+    """A ``content_hash`` column (16-byte binary, no nulls) as the rows of an ``(n, 16)`` uint8 array."""
+    contents = column.combine_chunks()
+    data = np.frombuffer(contents.buffers()[1], np.uint8, count=16 * len(contents), offset=16 * contents.offset)
+    return data.reshape(-1, 16).copy()
 
 
 def read_listed_and_names(

@@ -1,0 +1,346 @@
+"""What ``verify`` checks of a format-3 version beside its chunks: its key index and its chunks' sidecars.
+
+Lookups, ``get_many``, ``in``, append's key check and near diffs read a version's
+key runs (:mod:`litstore.read.keyruns`) instead of its manifest, and streaming checks
+items against their chunk's hashes sidecar (:mod:`litstore.read.chunkhashes`): a run
+or sidecar that disagrees with the manifest misleads them while every chunk is
+sound. So ``verify`` checks both against the manifest rows it holds
+(:class:`litstore.ops.verify_listed.Indexed`):
+
+- :func:`check_key_index`: every run opens and every page passes its checks; then
+  the runs' entries are resolved as a lookup resolves them (per key hash and
+  keyprint, the first entry of the newest run that has one decides) and joined with
+  the manifest's rows: each live row's deciding entry must be live at the row's
+  chunk and row with its content hash, and no key the manifest lacks may be live.
+  Entries are held as 48 bytes each (a 24-byte sort key of key hash and keyprint,
+  a place, a content hash), sorted with numpy; a damaged run is reported and the
+  join is skipped, as any lookup through it would fail anyway.
+- :func:`check_sidecars`: each listed chunk's sidecar, where there is one (a
+  missing one is fine: readers fall back to the manifest), parses and holds, at
+  every row the manifest lists in that chunk, the row's content hash.
+
+Each problem is ``(file, what)``; at most :data:`NAMED` are named one by one, and one
+more entry counts the rest, so a wholly stale index cannot make a report of a
+billion lines.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from litstore._litdata.index import ChunkInfo
+from litstore.errors import IntegrityError
+from litstore.format import chunkhashes, keyrun, layout
+from litstore.format.models import Version
+from litstore.ops.verify_listed import Listed, Names
+from litstore.read.keyruns import RunReader
+from litstore.storage import MissingFileError, Storage
+
+#: Problems of one kind named one by one; the rest are counted in one more entry.
+NAMED = 1000
+#: The place of a deleted entry (no chunk number << 32 | row can be this).
+_DELETED_PLACE = np.uint64(2**64 - 1)
+#: Pages of a run read and checked at once.
+_PAGES_AT_ONCE = 256
+#: Manifest rows joined with the index at once (bounds the sort keys made for them).
+_SLICE = 1 << 20
+#: A join key: the key hash key runs sort by, then the keyprint (compared as 24 bytes).
+_KEY = np.dtype([("hash", "<u8"), ("print", "V16")])
+
+
+@dataclass
+class _Entries:
+    """Run entries as columns: key hash, keyprint and content hash as uint64 words, place, run number."""
+
+    hashes: np.ndarray  # uint64: the key hash runs sort by
+    prints: np.ndarray  # (n, 2) uint64: the keyprint
+    places: np.ndarray  # uint64: chunk number (of ``Names``) << 32 | row, or _DELETED_PLACE
+    contents: np.ndarray  # (n, 2) uint64
+    runs: np.ndarray  # uint32: which run (newest first) holds the entry
+
+    def take(self, rows: np.ndarray) -> _Entries:
+        return _Entries(self.hashes[rows], self.prints[rows], self.places[rows], self.contents[rows], self.runs[rows])
+
+
+def check_key_index(storage: Storage, version: Version, listed: Listed, names: Names) -> list[tuple[str, str]]:
+    """The ways ``version``'s key runs disagree with its manifest rows ``listed`` (see the module docstring).
+
+    ``names`` numbers the chunks of ``listed``'s places; chunks only a run names are
+    numbered too. Versions without runs are not checked (nothing reads an index they
+    do not have).
+
+    Raises:
+        StorageError: a run cannot be read (other than not existing).
+    """
+    if not version.key_runs or listed.indexed is None:
+        return []
+    paths = [ref.path for ref in version.key_runs]
+    problems: list[tuple[str, str]] = []
+    parts: list[_Entries] = []
+    for number, ref in enumerate(version.key_runs):
+        reader = RunReader(storage, ref)
+        try:
+            tail = reader.tail()
+        except IntegrityError as exc:
+            problems.append((ref.path, str(exc)))
+            continue
+        codes = np.array([names.chunk(name) for name in tail.chunks] + [0], np.uint64)
+        for start in range(0, len(tail.fences), _PAGES_AT_ONCE):
+            numbers = list(range(start, min(start + _PAGES_AT_ONCE, len(tail.fences))))
+            pages = _checked_pages(reader, numbers, problems)
+            if pages:
+                joined = np.concatenate([page.view(np.uint8) for page in pages]).view(keyrun.ENTRY)  # (as bytes: fast)
+                parts.append(_entry_columns(joined, codes, number))
+    if problems:  # lookups through a damaged run fail; what it would have said cannot be checked
+        return problems
+    resolved, keys = _resolve(parts)
+    return _joined(resolved, keys, listed, paths, names)
+
+
+def _checked_pages(reader: RunReader, numbers: list[int], problems: list[tuple[str, str]]) -> list[np.ndarray]:
+    """Pages ``numbers`` of ``reader``'s run, checked; each that fails is a problem, and left out."""
+    try:
+        return reader.pages(numbers)
+    except IntegrityError:
+        pass
+    pages = []
+    for number in numbers:  # which of them failed, each on its own
+        try:
+            pages.append(reader.page(number))
+        except IntegrityError as exc:
+            problems.append((reader.ref.path, str(exc)))
+    return pages
+
+
+def _entry_columns(entries: np.ndarray, codes: np.ndarray, run: int) -> _Entries:
+    """Checked run ``entries`` as columns, their chunk ids mapped to chunk numbers by ``codes``."""
+    chunk = entries["chunk"]
+    deleted = chunk == keyrun.DELETED
+    places = (codes[np.where(deleted, len(codes) - 1, chunk)] << np.uint64(32)) | entries["row"].astype(np.uint64)
+    places[deleted] = _DELETED_PLACE
+    return _Entries(
+        entries["key_hash"].astype(np.uint64),
+        _words(entries["keyprint"]),
+        places,
+        _words(entries["content"]),
+        np.full(len(entries), run, np.uint32),
+    )
+
+
+def _words(column: np.ndarray) -> np.ndarray:
+    """A column of 16-byte values (``V16`` or ``(n, 16)`` uint8) as ``(n, 2)`` uint64 words."""
+    return np.ascontiguousarray(column).view(np.uint64).reshape(-1, 2)
+
+
+def _resolve(parts: list[_Entries]) -> tuple[_Entries, np.ndarray | None]:
+    """Per key, the entry a lookup takes: the first in the newest run (``parts`` are in that order), sorted by
+    key hash; and, when two keys of them share a key hash, their join keys (``S24``, and the entries in that order).
+
+    Sorting by key hash alone keeps the entries of one key hash in run order (a stable
+    sort); only if such a group holds two keyprints (a key hash collision, or a run
+    that lies) are they sorted by the whole join key, a slower sort of 24-byte strings.
+    """
+    if not parts:
+        return _Entries(*(np.empty(shape, dtype) for shape, dtype in _EMPTY)), None
+    every = _Entries(*(np.concatenate([getattr(part, name) for part in parts]) for name in _FIELDS))
+    parts.clear()
+    order = np.argsort(every.hashes, kind="stable")
+    hashes = every.hashes[order]
+    prints = every.prints[order]
+    same_hash = hashes[1:] == hashes[:-1]
+    same_key = same_hash & (prints[1:] == prints[:-1]).all(axis=1)
+    del hashes, prints
+    if not (same_hash & ~same_key).any():
+        first = np.concatenate(([True], ~same_key))
+        return every.take(order[first]), None
+    keys = _join_keys(every.hashes, every.prints)
+    order = np.argsort(keys, kind="stable")
+    keys = keys[order]
+    first = np.ones(len(keys), bool)
+    first[1:] = keys[1:] != keys[:-1]
+    return every.take(order[first]), keys[first]
+
+
+_FIELDS = ("hashes", "prints", "places", "contents", "runs")
+_EMPTY = ((0, np.uint64), ((0, 2), np.uint64), (0, np.uint64), ((0, 2), np.uint64), (0, np.uint32))
+
+
+def _join_keys(hashes: np.ndarray, prints: np.ndarray) -> np.ndarray:
+    """Key hash and keyprint as one 24-byte string each, ordered as bytes (what a sort and a search compare)."""
+    keys = np.empty(len(hashes), _KEY)
+    keys["hash"] = hashes
+    keys["print"] = np.ascontiguousarray(prints).view("V16")[:, 0]
+    return keys.view("S24")
+
+
+def _found(
+    resolved: _Entries, keys: np.ndarray | None, hashes: np.ndarray, prints: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """For each key (its hash and keyprint): the position of its entry in ``resolved`` and whether it has one."""
+    if not len(resolved.hashes):
+        return np.zeros(len(hashes), np.int64), np.zeros(len(hashes), bool)
+    last = len(resolved.hashes) - 1
+    if keys is None:  # key hashes are unique: one search of them, then the keyprint compared
+        at = np.minimum(np.searchsorted(resolved.hashes, hashes), last)
+        found = (resolved.hashes[at] == hashes) & (resolved.prints[at] == prints).all(axis=1)
+        return at, found
+    wanted = _join_keys(hashes, prints)
+    at = np.minimum(np.searchsorted(keys, wanted), last)
+    return at, keys[at] == wanted
+
+
+def _joined(
+    resolved: _Entries, keys: np.ndarray | None, listed: Listed, paths: list[str], names: Names
+) -> list[tuple[str, str]]:
+    """Each manifest row against its key's deciding entry, then the live entries no row matched."""
+    indexed = listed.indexed
+    assert indexed is not None
+    matched = np.zeros(len(resolved.hashes), bool)
+    absent: list[tuple[int, int]] = []
+    deleted: list[tuple[int, int]] = []
+    moved: list[tuple[int, int]] = []
+    changed: list[tuple[int, int]] = []
+    counted = 0
+    for start in range(0, len(listed), _SLICE):
+        rows = slice(start, min(start + _SLICE, len(listed)))
+        at, found = _found(resolved, keys, indexed.run_hash[rows], indexed.keyprint[rows])
+        matched[at[found]] = True
+        places = resolved.places[at]
+        is_deleted = found & (places == _DELETED_PLACE)
+        is_moved = found & ~is_deleted & (places != listed.location[rows])
+        del places
+        same_place = np.flatnonzero(found & ~is_deleted & ~is_moved)
+        is_changed = np.zeros(len(found), bool)
+        is_changed[same_place] = (resolved.contents[at[same_place]] != _words(indexed.content[rows][same_place])).any(
+            axis=1
+        )
+        for mask, bucket in ((~found, absent), (is_deleted, deleted), (is_moved, moved), (is_changed, changed)):
+            where = np.flatnonzero(mask)
+            counted += len(where)
+            room = max(NAMED - sum(len(named) for named in (absent, deleted, moved, changed)), 0)
+            bucket.extend(zip((where[:room] + start).tolist(), at[where[:room]].tolist(), strict=True))
+    problems = _named_rows(listed, resolved, paths, names, absent, deleted, moved, changed)
+    stray = np.flatnonzero(~matched & (resolved.places != _DELETED_PLACE))
+    for entry in stray[: max(NAMED - len(problems), 0)].tolist():
+        keyprint = resolved.prints[entry].tobytes().hex()
+        problems.append(
+            (
+                paths[int(resolved.runs[entry])],
+                f"the key index holds a live entry for a key the version does not hold (keyprint {keyprint}), "
+                f"at {_place(int(resolved.places[entry]), names)}",
+            )
+        )
+    unnamed = counted + len(stray) - len(problems)
+    if unnamed > 0:
+        problems.append((paths[0], f"{unnamed} more keys whose key index entries disagree with the manifest"))
+    return problems
+
+
+def _named_rows(
+    listed: Listed,
+    resolved: _Entries,
+    paths: list[str],
+    names: Names,
+    absent: list[tuple[int, int]],
+    deleted: list[tuple[int, int]],
+    moved: list[tuple[int, int]],
+    changed: list[tuple[int, int]],
+) -> list[tuple[str, str]]:
+    """The manifest rows that disagree with the index, named by their keys (read again: they are few)."""
+    wanted = np.unique(np.array([row for bucket in (absent, deleted, moved, changed) for row, _ in bucket], np.int64))
+    if not len(wanted):
+        return []
+    table = listed.rows(wanted, ("key", "chunk", "row"))
+    position = {int(row): at for at, row in enumerate(wanted.tolist())}
+    keys = table.column("key").to_pylist()
+    chunks = table.column("chunk").to_pylist()
+    rows = table.column("row").to_pylist()
+
+    def listed_at(row: int) -> str:
+        return f"{chunks[position[row]]} row {rows[position[row]]}"
+
+    problems = []
+    for row, _ in absent:
+        key = keys[position[row]]
+        problems.append((paths[0], f"key {key!r} (at {listed_at(row)}) is in no key run: lookups do not find it"))
+    for row, entry in deleted:
+        key = keys[position[row]]
+        problems.append(
+            (paths[int(resolved.runs[entry])], f"key {key!r} (at {listed_at(row)}) is deleted by the key index")
+        )
+    for row, entry in moved:
+        key = keys[position[row]]
+        problems.append(
+            (
+                paths[int(resolved.runs[entry])],
+                f"key {key!r} is at {_place(int(resolved.places[entry]), names)} by the key index, "
+                f"at {listed_at(row)} by the manifest",
+            )
+        )
+    for row, entry in changed:
+        key = keys[position[row]]
+        problems.append(
+            (
+                paths[int(resolved.runs[entry])],
+                f"key {key!r} (at {listed_at(row)}) has another content hash in the key index than in the manifest",
+            )
+        )
+    return problems
+
+
+def _place(place: int, names: Names) -> str:
+    return f"{names.chunks[place >> 32]} row {place & 0xFFFFFFFF}"
+
+
+def check_sidecars(
+    storage: Storage,
+    listings: Sequence[tuple[str, ChunkInfo]],
+    listed: Listed,
+    rows_at: Callable[[int, int], tuple[np.ndarray, np.ndarray]],
+) -> list[tuple[str, str]]:
+    """The ways the hashes sidecars of the listed chunks disagree with the manifest (see the module docstring).
+
+    ``rows_at(listing, count)`` are the manifest rows that items ``[0, count)`` of
+    listing ``listing`` hold, and the items they are at. Chunks without a sidecar are not checked.
+
+    Raises:
+        StorageError: a sidecar cannot be read (other than not existing).
+    """
+    indexed = listed.indexed
+    if indexed is None:
+        return []
+    present: dict[str, set[str]] = {}
+    problems: list[tuple[str, str]] = []
+    seen: set[str] = set()
+    for listing, (_, chunk) in enumerate(listings):
+        if chunk.filename in seen:
+            continue
+        seen.add(chunk.filename)
+        path = layout.chunk_hashes(chunk.filename)
+        fragment, _, name = path.rpartition("/")
+        if fragment not in present:
+            present[fragment] = set(storage.names(fragment))
+        if name not in present[fragment]:
+            continue
+        try:
+            data = storage.mapped(path)
+            if data is None:  # never more than a sidecar of this chunk can be (one byte more shows it is longer)
+                data = storage.read_range(path, 0, chunkhashes.size(chunk.num_items) + 1)
+            hashes = chunkhashes.parse(chunk.filename, data, chunk.num_items)
+        except MissingFileError:
+            continue  # removed since it was listed: readers fall back to the manifest
+        except IntegrityError as exc:
+            problems.append((path, str(exc)))
+            continue
+        rows, items = rows_at(listing, chunk.num_items)
+        stored = np.frombuffer(hashes, np.uint64).reshape(-1, 2)
+        wrong = (stored[items] != indexed.content[rows].view(np.uint64).reshape(-1, 2)).any(axis=1)
+        if wrong.any():
+            bad = np.sort(items[wrong])
+            shown = ", ".join(map(str, bad[:8].tolist())) + (" and more" if len(bad) > 8 else "")
+            what = f"rows {shown} ({len(bad)} of {chunk.num_items}) hold another content hash than the manifest's"
+            problems.append((path, what))
+    return problems
