@@ -24,7 +24,9 @@ tables it is given.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import secrets
+import tempfile
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -63,6 +65,56 @@ def query(sql: str, tables: dict[str, pa.Table]) -> pa.Table:
         for name, table in tables.items():
             connection.register(name, table)
         return connection.sql(sql).to_arrow_table()
+
+
+#: DuckDB's memory limit when :func:`query_streamed` loads a table: past it, DuckDB spills to a private temp directory.
+STREAMED_MEMORY_LIMIT = "256MB"
+
+
+def query_streamed(sql: str, name: str, schema: pa.Schema, parts: Iterable[pa.Table]) -> pa.Table:
+    """Run ``sql`` with the rows of ``parts`` (tables of ``schema``) visible as table ``name``, held by DuckDB.
+
+    For tables too large to hold whole in Arrow (a large version's manifest, streamed a
+    row group at a time): DuckDB loads them into a temporary table of its own, since a
+    stream can be scanned once and a query may scan ``name`` twice (a self-join, a
+    subquery). DuckDB holds at most :data:`STREAMED_MEMORY_LIMIT` and spills the rest to a
+    temporary directory of its own, removed afterwards. The sandbox is the one
+    :func:`query` runs in, set before the table is loaded: the query still cannot reach a
+    file (the spill directory included) or change a setting.
+
+    Raises:
+        duckdb.Error: the query is invalid or tried to leave the sandbox (callers translate it).
+        Exception: whatever reading ``parts`` raised (an ``IntegrityError``), as it was raised.
+    """
+    import duckdb
+
+    failures: list[BaseException] = []
+
+    def batches() -> Iterator[pa.RecordBatch]:
+        try:
+            for part in parts:
+                yield from part.to_batches()
+        except BaseException as exc:  # DuckDB would turn it into its own error: kept to raise as it was
+            failures.append(exc)
+            raise
+
+    with tempfile.TemporaryDirectory(prefix="litstore-sql-") as spill:
+        with duckdb.connect(config={"memory_limit": STREAMED_MEMORY_LIMIT, "temp_directory": spill}) as connection:
+            # Set one by one, in order, after the spill settings: DuckDB refuses a temp_directory
+            # once external access is off, and does not apply a config dict's entries in order.
+            for setting, value in {"enable_progress_bar": False, **SANDBOX}.items():
+                connection.execute(f"SET {setting} = {str(value).lower()}")
+            source = f"litstore_rows_{secrets.token_hex(8)}"  # the reader, scanned once, then dropped
+            connection.register(source, pa.RecordBatchReader.from_batches(schema, batches()))
+            try:
+                connection.execute(f'CREATE TEMP TABLE "{name}" AS SELECT * FROM "{source}"')
+            except duckdb.Error:
+                if failures:
+                    raise failures[0] from None
+                raise
+            finally:
+                connection.unregister(source)
+            return connection.sql(sql).to_arrow_table()
 
 
 def duplicate_keys(table: pa.Table, hashes_are_true: bool = False) -> list[Any]:

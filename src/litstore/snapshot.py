@@ -210,7 +210,7 @@ class Snapshot:
             QueryError: DuckDB rejected the query.
         """
         try:
-            return query.query(sql, {"manifest": self.manifest()})
+            return self._reader.sql(sql)
         except query.DatabaseError as exc:
             raise QueryError(f"query failed: {exc}") from exc
 

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from litstore.format import hashing
 from litstore.format.manifest import ChangeKind
 from litstore.ops.diff import DIFF_COLUMNS
-from litstore.read.manifests import compose, without_change
+from litstore.read.manifests import compose, stream_compose, without_change
 
 _CHANGES = [str(kind) for kind in ChangeKind]
 _rows = st.lists(st.tuples(st.integers(0, 12), st.sampled_from(_CHANGES), st.integers(0, 99)), max_size=10)
@@ -105,3 +105,35 @@ def test_without_change_reads_dictionary_indices_and_copies_nothing_when_nothing
         kept = without_change(table, ChangeKind.MOVED)
         assert kept.column("key").to_pylist() == ["k1", "k3"]
         assert without_change(table, ChangeKind.REPLACED) is table
+
+
+def _in_parts(table: pa.Table, size: int) -> list[pa.Table]:
+    """``table`` cut into tables of ``size`` rows, as a file's row groups are read."""
+    return [table.slice(start, size) for start in range(0, table.num_rows, size)]
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    base=st.one_of(st.none(), st.lists(st.integers(0, 12), unique=True, max_size=12)),
+    deltas=st.lists(_rows, max_size=5),
+    size=st.integers(1, 4),
+)
+def test_streaming_composes_what_compose_does(
+    base: list[int] | None, deltas: list[list[tuple[int, str, int]]], size: int
+) -> None:
+    """:func:`stream_compose`, given each file a few rows at a time, holds to :func:`compose`'s rule."""
+    checkpoint = None if base is None else _table([(number, "added", 0) for number in base], None)
+    tables = [_table(rows, version) for version, rows in enumerate(deltas, 1)][::-1]
+    whole = compose("str", tables, checkpoint)
+    parts = list(
+        stream_compose(
+            "str", [_in_parts(t, size) for t in tables], None if checkpoint is None else _in_parts(checkpoint, size)
+        )
+    )
+    assert all(part.num_rows and part.schema == whole.schema for part in parts)
+    streamed = pa.concat_tables(parts) if parts else whole.slice(0, 0)
+    assert _sorted_rows(streamed) == _sorted_rows(whole)
+    keys = list(stream_compose("str", [_in_parts(t, size) for t in tables], None, columns=["key"]))
+    assert sorted(k for part in keys for k in part.column("key").to_pylist()) == sorted(
+        compose("str", tables, None).column("key").to_pylist()
+    )

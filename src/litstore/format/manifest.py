@@ -198,19 +198,61 @@ def from_parquet(
         file = pq.ParquetFile(pa.BufferReader(data), read_dictionary=["split", "chunk"])
         names = [name for name in file.schema_arrow.names if name != "key_hash"]
         table = file.read(columns=names) if row_groups is None else file.read_row_groups(row_groups, columns=names)
-        plain = [
-            field.with_type(field.type.value_type) if pa.types.is_dictionary(field.type) else field
-            for field in table.schema
-        ]
-        table = _with_key_hash(table.cast(pa.schema(plain)), expected.field("key").type)
-        table = table.select(list(expected.names)).cast(expected)
+        table = _as_expected(table, expected)
     except (pa.ArrowException, OSError, KeyError, ValueError) as exc:
         raise IntegrityError(f"manifest file {path} is damaged: {exc}") from exc
     if delta:
-        kinds = set(table.column("change").unique().to_pylist())
-        if not kinds <= {str(kind) for kind in ChangeKind}:
-            raise IntegrityError(f"manifest file {path} is damaged: unknown change kinds {sorted(map(str, kinds))}")
+        _check_changes(table, path)
     return table
+
+
+def row_groups_from_parquet(
+    data: bytes, path: str, key_type: str, delta: bool, fields: dict[str, str] | None = None
+) -> Iterator[pa.Table]:
+    """:func:`from_parquet`, one row group at a time: every column, each group checked as that checks a file.
+
+    For readers that stream every row of a large file (``sql()`` on a large version),
+    holding one row group's rows (:data:`_SLICE_ROWS` as litstore writes them) at a time.
+
+    Raises:
+        IntegrityError: the file at ``path`` is damaged or does not have the manifest's columns.
+    """
+    expected = delta_schema(key_type, fields) if delta else schema(key_type, fields)
+    try:
+        file = pq.ParquetFile(pa.BufferReader(data), read_dictionary=["split", "chunk"])
+        names = [name for name in file.schema_arrow.names if name != "key_hash"]
+        groups = file.num_row_groups
+    except (pa.ArrowException, OSError, KeyError, ValueError) as exc:
+        raise IntegrityError(f"manifest file {path} is damaged: {exc}") from exc
+    for group in range(groups):
+        try:
+            table = _as_expected(file.read_row_group(group, columns=names), expected)
+        except (pa.ArrowException, OSError, KeyError, ValueError) as exc:
+            raise IntegrityError(f"manifest file {path} is damaged: {exc}") from exc
+        if delta:
+            _check_changes(table, path)
+        yield table
+
+
+def _as_expected(table: pa.Table, expected: pa.Schema) -> pa.Table:
+    """``table`` as read from a file (dictionary-encoded strings, no ``key_hash``) in the ``expected`` schema.
+
+    Raises:
+        KeyError, ValueError, pa.ArrowException: a column is missing, or of a type that does not cast.
+    """
+    plain = [
+        field.with_type(field.type.value_type) if pa.types.is_dictionary(field.type) else field
+        for field in table.schema
+    ]
+    table = _with_key_hash(table.cast(pa.schema(plain)), expected.field("key").type)
+    return table.select(list(expected.names)).cast(expected)
+
+
+def _check_changes(table: pa.Table, path: str) -> None:
+    """Raise :class:`IntegrityError` if a row of the delta ``table`` (read from ``path``) has an unknown change."""
+    kinds = set(table.column("change").unique().to_pylist())
+    if not kinds <= {str(kind) for kind in ChangeKind}:
+        raise IntegrityError(f"manifest file {path} is damaged: unknown change kinds {sorted(map(str, kinds))}")
 
 
 def row_groups_needed(data: bytes, path: str, key_type: str, superseded: Callable[[pa.Table], np.ndarray]) -> list[int]:

@@ -14,7 +14,7 @@ against :mod:`litstore.format.layout` before it is used.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import numpy as np
 import pyarrow as pa
@@ -114,6 +114,29 @@ def read_manifest_file(
     if superseded is not None:
         groups = manifest_format.row_groups_needed(data, path, config.key_type, superseded)
     table = manifest_format.from_parquet(data, path, config.key_type, delta, fields, groups)
+    _check_chunk_names(table, path, delta)
+    return table
+
+
+def read_manifest_row_groups(
+    storage: Storage, config: StoreConfig, path: str, delta: bool, fields: dict[str, str] | None = None
+) -> Iterator[pa.Table]:
+    """:func:`read_manifest_file`, one row group at a time, each checked as that checks a whole file.
+
+    Nothing is read until the first group is asked for. Holds the file's bytes (compressed:
+    a few bytes a row) and one decoded row group.
+
+    Raises:
+        IntegrityError: the file is damaged or names a chunk outside the layout.
+    """
+    data = storage.read(path)
+    for table in manifest_format.row_groups_from_parquet(data, path, config.key_type, delta, fields):
+        _check_chunk_names(table, path, delta)
+        yield table
+
+
+def _check_chunk_names(table: pa.Table, path: str, delta: bool) -> None:
+    """Raise :class:`IntegrityError` if a row of ``table`` (read from ``path``) names a chunk outside the layout."""
     for name in table.column("chunk").unique().to_pylist():
         if name == "" and delta:
             continue  # deleted rows have no chunk
@@ -121,7 +144,6 @@ def read_manifest_file(
             layout.check_chunk(name)
         except ValueError as exc:
             raise IntegrityError(f"manifest file {path} is damaged: {exc}") from exc
-    return table
 
 
 def checkpoint_of(version: Version, manifest_names: set[str]) -> str | None:

@@ -158,6 +158,138 @@ def compose(
     return pa.concat_tables(parts[::-1])
 
 
+def stream_manifest(
+    storage: Storage, config: StoreConfig, number: int, columns: Sequence[str] | None = None
+) -> tuple[pa.Schema, Iterator[pa.Table]]:
+    """The rows of version ``number`` that :func:`compose_manifest` composes, as tables of a row group or less.
+
+    For the calls that need every row of a large version once (``sql()``, ``keys()``):
+    the version's files are read one row group at a time, each checked as
+    :func:`litstore.read.log.read_manifest_file` checks a whole file, and no table of the
+    whole version is made (see :func:`stream_compose` for what it holds). The rows come
+    in another order than :func:`compose_manifest`'s. Returns the rows' schema (the
+    manifest's, or only its ``columns``) and the tables; files are read as the tables
+    are asked for.
+
+    Raises:
+        VersionNotFoundError: gc expired a version of its chain.
+        IntegrityError: a manifest file or commit record is damaged (as the tables are read).
+    """
+    if number <= 0:
+        fields: dict[str, str] = dict(config.fields)
+        pending: list[str] = []
+        path = None
+    else:
+        version = log.read_version(storage, number)
+        fields = declared_fields(config, version)
+        pending, path = log.manifest_chain(storage, version, set(storage.names(layout.MANIFESTS)))
+    full = manifest_format.schema(config.key_type, fields)
+    target = full if columns is None else pa.schema([full.field(name) for name in columns])
+    deltas = [log.read_manifest_row_groups(storage, config, delta, True, fields) for delta in pending]
+    checkpoint = None if path is None else log.read_manifest_row_groups(storage, config, path, False, fields)
+    return target, stream_compose(config.key_type, deltas, checkpoint, fields, columns)
+
+
+def stream_compose(
+    key_type: str,
+    deltas: Sequence[Iterable[pa.Table]],
+    checkpoint: Iterable[pa.Table] | None,
+    fields: dict[str, str] | None = None,
+    columns: Sequence[str] | None = None,
+) -> Iterator[pa.Table]:
+    """The rows :func:`compose` gives for ``deltas`` (newest first) and ``checkpoint``, each given in parts.
+
+    Each delta and the checkpoint is an iterable of tables of whole rows (``key_hash``
+    included), a file's row groups, taken one at a time: a part's rows whose key a newer
+    delta mentions are left out, the rest (less deletions) yielded at once. What is held
+    beside one part is the keys and key hashes of the deltas read so far
+    (:class:`MentionedKeys`: O(rows since the checkpoint), never a table of the
+    version); those of the last file are not kept. Yields only non-empty tables, in the
+    manifest's schema or only its ``columns``.
+    """
+    full = manifest_format.schema(key_type, fields)
+    target = full if columns is None else pa.schema([full.field(name) for name in columns])
+    mentioned = MentionedKeys(key_type)
+    for position, delta in enumerate(deltas):
+        keep_keys = checkpoint is not None or position < len(deltas) - 1  # an older file will be read
+        found: list[tuple[pa.Array, np.ndarray]] = []
+        for part in delta:
+            if len(mentioned):
+                gone = mentioned.marks(part)
+                if gone.any():
+                    part = part.filter(pa.array(~gone))
+            if keep_keys:
+                found.append((_one_array(part.column("key")), _one_array(part.column("key_hash")).to_numpy()))
+            kept = without_change(part, ChangeKind.DELETED)
+            if kept.num_rows:
+                yield kept.select(target.names).cast(target)
+        mentioned.add(found)
+        del found
+    if checkpoint is not None:
+        for part in checkpoint:
+            if len(mentioned):
+                gone = mentioned.marks(part)
+                if gone.any():
+                    part = part.filter(pa.array(~gone))
+            if part.num_rows:
+                yield part.select(target.names).cast(target)
+
+
+class MentionedKeys:
+    """The keys newer deltas mention, one sorted run per delta: which rows of an older file do they supersede?
+
+    :func:`mentioned_rows` builds a hash table of every mentioned key hash for each table
+    it is asked about; a stream asks about every row group of a file, so here each
+    delta's keys are sorted by key hash once, when it is added (no copy of the keys added
+    before), and a group's rows are found by binary search in each run, then confirmed by
+    key (a hash several keys of a run share is settled by comparing with each of them).
+    Holds about 30 bytes a key of text.
+    """
+
+    def __init__(self, key_type: str) -> None:
+        # Text keys held as large strings: the keys of one delta of many millions of rows may pass 2 GiB.
+        self._key_type = pa.large_string() if key_type == "str" else pa.int64()
+        self._runs: list[tuple[np.ndarray, pa.Array]] = []  # (sorted key hashes, their keys)
+
+    def __len__(self) -> int:
+        return sum(len(hashes) for hashes, _ in self._runs)
+
+    def add(self, parts: Sequence[tuple[pa.Array, np.ndarray]]) -> None:
+        """Mention the keys of ``parts`` (keys, and their key hashes): one delta's."""
+        parts = [(keys, hashes) for keys, hashes in parts if len(keys)]
+        if not parts:
+            return
+        hashes = np.concatenate([hashes for _, hashes in parts])
+        order = np.argsort(hashes, kind="stable")
+        keys = pa.concat_arrays([keys.cast(self._key_type) for keys, _ in parts]).take(pa.array(order))
+        self._runs.append((hashes[order], keys))
+
+    def marks(self, table: pa.Table) -> np.ndarray:
+        """Which rows of ``table`` (``key``, ``key_hash``) hold a mentioned key."""
+        gone = np.zeros(table.num_rows, dtype=bool)
+        wanted = _one_array(table.column("key_hash")).to_numpy()
+        keys = _one_array(table.column("key")).cast(self._key_type)
+        for hashes, listed in self._runs:
+            first = np.searchsorted(hashes, wanted, side="left")
+            hit = ~gone & (first < len(hashes))
+            hit[hit] = hashes[first[hit]] == wanted[hit]
+            positions = np.flatnonzero(hit)
+            if not len(positions):
+                continue
+            candidates = keys.take(pa.array(positions))
+            same = pc.equal(candidates, listed.take(pa.array(first[positions]))).to_numpy(zero_copy_only=False)
+            unsure = np.flatnonzero(~same)
+            if len(unsure):  # a hash shared by several keys of the run: compare with each
+                starts = first[positions[unsure]]
+                stops = np.searchsorted(hashes, wanted[positions[unsure]], side="right")
+                for index, start, stop in zip(unsure.tolist(), starts.tolist(), stops.tolist(), strict=True):
+                    if stop - start > 1:
+                        alike = listed.slice(start, stop - start)
+                        same[index] = bool(pc.any(pc.equal(alike, candidates[index])).as_py())
+            gone[positions[same]] = True
+        return gone
+
+
 def _one_array(column: pa.ChunkedArray) -> pa.Array:
     """``column`` combined (a column of no chunks combines by pa.array, which imports pandas the first time)."""
     return column.combine_chunks() if column.num_chunks else pa.nulls(0, column.type)

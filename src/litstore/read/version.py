@@ -26,6 +26,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import xxhash
 
+from litstore import query
 from litstore._litdata.index import ChunkInfo
 from litstore.errors import IntegrityError, KeyNotFoundError, VersionNotFoundError, describe
 from litstore.format import hashing, keyrun
@@ -37,7 +38,7 @@ from litstore.read.chunks import ChunkCache
 from litstore.read.groups import by_chunk, chunk_order, chunk_runs
 from litstore.read.keyindex import KeyIndex
 from litstore.read.keyruns import RunReader
-from litstore.read.manifests import ManifestCache, compose_manifest, keys_at
+from litstore.read.manifests import ManifestCache, compose_manifest, keys_at, stream_manifest
 from litstore.read.memory import release_freed
 from litstore.storage import Storage
 
@@ -47,6 +48,9 @@ Key = str | int
 _DECODE_BATCH = 1024
 # Records get_many checks and decodes at once: about a megabyte, so they are still in cache when decoded.
 _CHECK_BATCH = 1024
+#: Versions of more rows than this are streamed by ``sql()`` and ``keys()`` rather than composed whole: above it,
+#: holding the composed manifest costs more memory than streaming costs time (``benchmarks/bench_sql.py``).
+STREAMED_ROWS = 1_000_000
 #: ``get_many``'s default: a missing key raises instead of standing in for a record.
 MISSING: Any = object()
 
@@ -200,6 +204,37 @@ class VersionReader:
             self._composed = None  # what it held (the parent's manifest) is no longer needed
             self._manifest = cached
         return self._manifest
+
+    def _held_manifest(self) -> pa.Table | None:
+        """The manifest if this reader or the cache it shares already holds it (nothing is composed)."""
+        if self._manifest is None:
+            return self._manifests.get((self._version.number, self._version.transaction))
+        return self._manifest
+
+    def _manifest_if_small(self) -> pa.Table | None:
+        """The manifest, if it is held already or the version has at most :data:`STREAMED_ROWS` rows; else ``None``."""
+        held = self._held_manifest()
+        if held is None and self._version.total <= STREAMED_ROWS:
+            return self.manifest()
+        return held
+
+    def sql(self, sql: str) -> pa.Table:
+        """Run a DuckDB query in which ``manifest`` is this version's manifest, in :mod:`litstore.query`'s sandbox.
+
+        A version of at most :data:`STREAMED_ROWS` rows (or whose manifest is held) is
+        queried in place, its manifest composed and kept. A larger one is streamed
+        (:func:`~litstore.read.manifests.stream_manifest`) into a table DuckDB holds in
+        bounded memory (:func:`~litstore.query.query_streamed`): no Arrow table of the version.
+
+        Raises:
+            duckdb.Error: DuckDB rejected the query (callers translate it).
+            IntegrityError: a manifest file is damaged.
+        """
+        manifest = self._manifest_if_small()
+        if manifest is not None:
+            return query.query(sql, {"manifest": manifest})
+        schema, parts = stream_manifest(self._storage, self._config, self._version.number)
+        return query.query_streamed(sql, "manifest", schema, parts)
 
     def chunks(self) -> dict[str, list[ChunkInfo]]:
         """The chunks of each split of this version, as its litdata index files list them."""
@@ -492,8 +527,17 @@ class VersionReader:
         return [key for key in candidates if self.find(key) is not None]
 
     def keys(self) -> list[Key]:
-        """Every key of this version, sorted."""
-        column = self.manifest().column("key")
+        """Every key of this version, sorted.
+
+        A version of more than :data:`STREAMED_ROWS` rows, whose manifest is not held, is
+        streamed for its key column alone (the keys, not the manifest, are held).
+        """
+        manifest = self._manifest_if_small()
+        if manifest is not None:
+            column = manifest.column("key")
+        else:
+            schema, parts = stream_manifest(self._storage, self._config, self._version.number, ["key"])
+            column = pa.chunked_array([chunk for part in parts for chunk in part.column("key").chunks], schema[0].type)
         return list(column.take(pc.sort_indices(column)).to_pylist())
 
     def items(self) -> Iterator[tuple[Key, Record]]:
