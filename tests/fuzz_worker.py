@@ -1,12 +1,14 @@
 """The child process of ``tests/store/test_fuzzed_stores.py``: reads damaged stores, reports what each read did.
 
 Run as ``python -m tests.fuzz_worker``. It reads one JSON request per line on stdin
-(``root``, ``views``, ``keys``, ``versions``, ``tags``) and answers one JSON line on the
-file descriptor named by ``$FUZZ_REPLY_FD`` (stdout is left to whatever litdata prints).
-The answer lists, for each operation, either the records it read (``repr(key)`` and the
-hex content hash of the record's canonical encoding) or the error's class names (MRO)
-and message. A crash or a hang shows in the parent as a missing answer: that is why
-these reads run in a child at all.
+(``root``, ``views``, ``keys``, ``versions``, ``tags``, ``diffs``) and answers one JSON
+line on the file descriptor named by ``$FUZZ_REPLY_FD`` (stdout is left to whatever
+litdata prints). The answer lists, for each operation, either what it read (for reads
+of records, ``repr(key)`` and the hex content hash of the record's canonical encoding,
+None where a lookup found no record; for ``in``, each key's answer; for a diff, each
+key's change and split) or the error's class names (MRO) and message. A crash or a
+hang shows in the parent as a missing answer: that is why these reads run in a child
+at all.
 """
 
 from __future__ import annotations
@@ -33,19 +35,24 @@ def digest(record: Any) -> str:
         return f"unencodable: {exc}"
 
 
+def _digest_or_none(record: Any) -> str | None:
+    return None if record is None else digest(record)
+
+
 def _view(root: str, ref: int | str | None) -> litstore.Snapshot:
     store = litstore.open(root)
     return store.head() if ref is None else store.at(ref)
 
 
 def _lookups(root: str, ref: int | str | None, keys: list[str]) -> Reading:
+    """Each key's record, or None for a key the view says it does not hold."""
     view = _view(root, ref)
-    found = []
+    found: list[tuple[Any, Any]] = []
     for key in keys:
         try:
             found.append((key, view[key]))
         except litstore.KeyNotFoundError:
-            continue
+            found.append((key, None))
     return view.version.number, found
 
 
@@ -53,6 +60,25 @@ def _get_many(root: str, ref: int | str | None, keys: list[str]) -> Reading:
     view = _view(root, ref)
     records = view.get_many(keys, default=None)
     return view.version.number, [(key, record) for key, record in zip(keys, records, strict=True) if record is not None]
+
+
+def _contains(root: str, ref: int | str | None, keys: list[str]) -> Reading:
+    view = _view(root, ref)
+    return view.version.number, [(key, key in view) for key in keys]
+
+
+def changes(diff: litstore.Diff) -> list[tuple[Any, str]]:
+    """``(key, "<change> <split>")`` of every key ``diff`` lists (``change``: added, removed or changed)."""
+    return [
+        (key, f"{kind} {split}")
+        for kind, table in (("added", diff.added), ("removed", diff.removed), ("changed", diff.changed))
+        for key, split in zip(table.column("key").to_pylist(), table.column("split").to_pylist(), strict=True)
+    ]
+
+
+def _diff(root: str, old: int, new: int) -> Reading:
+    diff = litstore.open(root).diff(old, new)
+    return diff.new, changes(diff)
 
 
 def _items(root: str, ref: int | str | None) -> Reading:
@@ -79,7 +105,9 @@ def _versions(root: str) -> Reading:
     return store.version.number, []
 
 
-def _attempt(name: str, ref: int | str | None, step: Callable[[], Reading]) -> dict[str, Any]:
+def _attempt(
+    name: str, ref: int | str | list[int] | None, step: Callable[[], Reading], show: Callable[[Any], Any] = digest
+) -> dict[str, Any]:
     outcome: dict[str, Any] = {"op": name, "ref": ref}
     try:
         claimed, pairs = step()
@@ -91,7 +119,7 @@ def _attempt(name: str, ref: int | str | None, step: Callable[[], Reading]) -> d
             outcome["traceback"] = traceback.format_exc()
     else:
         outcome["claimed"] = claimed
-        outcome["records"] = [[repr(key), digest(record)] for key, record in pairs]
+        outcome["records"] = [[repr(key), show(record)] for key, record in pairs]
     return outcome
 
 
@@ -102,11 +130,14 @@ def exercise(request: dict[str, Any]) -> list[dict[str, Any]]:
     outcomes = [_attempt("open", None, lambda: (litstore.open(root).version.number, []))]
     outcomes.append(_attempt("versions", None, lambda: _versions(root)))
     for ref in refs:
-        outcomes.append(_attempt("lookup", ref, partial(_lookups, root, ref, keys)))
+        outcomes.append(_attempt("lookup", ref, partial(_lookups, root, ref, keys), show=_digest_or_none))
         outcomes.append(_attempt("get_many", ref, partial(_get_many, root, ref, keys)))
+        outcomes.append(_attempt("in", ref, partial(_contains, root, ref, keys), show=bool))
         outcomes.append(_attempt("items", ref, partial(_items, root, ref)))
         outcomes.append(_attempt("verify", ref, partial(_verify, root, ref)))
         outcomes.append(_attempt("dataset", ref, partial(_dataset, root, ref, views)))
+    for old, new in request["diffs"]:
+        outcomes.append(_attempt("diff", [old, new], partial(_diff, root, old, new), show=str))
     return outcomes
 
 

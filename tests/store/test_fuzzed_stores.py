@@ -7,15 +7,22 @@ files (``litstore.json``, commit records, tags, litdata indexes) truncated,
 bit-flipped, deleted, or with one JSON value replaced (by hostile paths, huge ints,
 nested objects); manifest files truncated, flipped, deleted, or with one cell of one
 column rewritten; chunks flipped in header or payload, truncated, extended, deleted,
-or replaced by a link or a FIFO.
+or replaced by a link or a FIFO. The store is format 3, so it also has key runs
+(``manifests/*.keys``) and chunk hashes sidecars (``fragments/*/*.hashes``): these are
+flipped (anywhere, or in their header or footer), truncated, extended, zeroed over a
+range, deleted, or replaced by another file of their kind.
 
 A child process (``tests/fuzz_worker.py``, reused across examples) then opens the
-copy and runs every read: lookups and ``get_many`` of every key, ``items()``,
-``verify()`` and a full ``dataset()`` pass, at the latest version, at each version
-and at the tag. The test asserts that each read either worked or raised a
+copy and runs every read: lookups, ``get_many`` and ``in`` of every key (through the
+key runs), ``items()`` and a full ``dataset()`` pass (items checked against the
+sidecars), ``verify()``, at the latest version, at each version and at the tag; and
+diffs of adjacent versions (which look keys up in the older one's runs) and of the
+first and last. The test asserts that each read either worked or raised a
 :class:`litstore.LitstoreError`; that every record read is exactly the pristine
-record of that key in that version (never other data); and that the child answered
-within the time bound, so a crash or a hang fails the example instead of pytest.
+record of that key in that version (never other data), a key that a lookup or ``in``
+finds absent is absent from that version (and one ``in`` finds, present), every diff
+is the pristine one; and that the child answered within
+the time bound, so a crash or a hang fails the example instead of pytest.
 """
 
 from __future__ import annotations
@@ -30,6 +37,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from itertools import pairwise
 from pathlib import Path
 from typing import IO, Any
 
@@ -41,7 +49,8 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 import litstore
-from tests.fuzz_worker import digest
+from litstore.format import chunkhashes, keyrun
+from tests.fuzz_worker import changes, digest
 
 pytestmark = pytest.mark.integration
 Draw = Callable[[st.SearchStrategy[Any]], Any]  # what data.draw is
@@ -101,11 +110,14 @@ class Pristine:
     root: Path
     base: Path
     expected: dict[int, dict[str, str]]
+    diffs: dict[tuple[int, int], list[list[str]]]
     tags: dict[str, int]
     keys: list[str]
     metadata: list[str]
     manifests: list[str]
     chunks: list[str]
+    runs: list[str]
+    sidecars: list[str]
 
     def __repr__(self) -> str:  # hypothesis prints it with every failing example
         return f"Pristine({self.root})"
@@ -131,16 +143,25 @@ def pristine(tmp_path_factory: pytest.TempPathFactory) -> Pristine:
         version.number: {repr(key): digest(record) for key, record in store.at(version.number).items()}
         for version in store.versions()
     }
+    assert store.config.writes_key_runs, "the fuzz covers format 3's key runs and sidecars"
+    numbers = sorted(number for number in expected if number > 0)
+    diffs = {
+        pair: sorted([repr(key), change] for key, change in changes(store.diff(*pair)))
+        for pair in [*pairwise(numbers), (numbers[0], numbers[-1])]
+    }
     files = sorted(str(path.relative_to(root)) for path in root.rglob("*") if path.is_file())
     return Pristine(
         root=root,
         base=base,
         expected=expected,
+        diffs=diffs,
         tags={name: store.tags[name] for name in store.tags},
         keys=[f"k{i:02d}" for i in range(34)] + ["nope"],
         metadata=[name for name in files if name.endswith(".json")],
         manifests=[name for name in files if name.endswith(".parquet")],
         chunks=[name for name in files if name.endswith(".bin")],
+        runs=[name for name in files if name.endswith(".keys")],
+        sidecars=[name for name in files if name.endswith(".hashes")],
     )
 
 
@@ -343,12 +364,53 @@ def _mutate_chunk(root: Path, name: str, draw: Draw) -> str:
     return f"{how} {name}"
 
 
+def _mutate_index_file(root: Path, name: str, others: list[str], header: int, footer: int, draw: Draw) -> str:
+    """Damage a key run or a hashes sidecar: ``header`` and ``footer`` are the bytes of its fixed head and tail."""
+    path = root / name
+    if not path.is_file():
+        return f"{name} was already deleted"
+    data = path.read_bytes()
+    how = draw(st.sampled_from(("flip", "flip header", "flip footer", "truncate", "extend", "zero", "delete", "swap")))
+    if how == "delete":
+        path.unlink()
+    elif how == "flip":
+        path.write_bytes(_flip(data, draw))
+    elif how == "flip header":
+        path.write_bytes(_flip(data, draw, 0, header))
+    elif how == "flip footer":
+        path.write_bytes(_flip(data, draw, max(len(data) - footer, 0)))
+    elif how == "truncate":
+        path.write_bytes(_truncate(data, draw))
+    elif how == "extend":
+        path.write_bytes(data + draw(st.binary(min_size=1, max_size=64)))
+    elif how == "zero":
+        start = draw(st.integers(0, max(len(data) - 1, 0)))
+        end = draw(st.integers(start, len(data)))
+        path.write_bytes(data[:start] + bytes(end - start) + data[end:])
+    else:  # another file of its kind in its place: the same size where there is one (it passes a length check)
+        same_size = [other for other in others if other != name and (root / other).is_file()]
+        alike = [other for other in same_size if (root / other).stat().st_size == len(data)]
+        if not same_size:
+            return f"no other file to put in place of {name}"
+        other = draw(st.sampled_from(alike or same_size))
+        path.write_bytes((root / other).read_bytes())
+        return f"swap {name} for {other}"
+    return f"{how} {name}"
+
+
 def _mutate(root: Path, pristine: Pristine, draw: Draw) -> str:
-    kind = draw(st.sampled_from(("metadata", "manifest", "chunk")))
+    kind = draw(st.sampled_from(("metadata", "manifest", "chunk", "key run", "sidecar")))
     if kind == "metadata":
         return _mutate_metadata(root, draw(st.sampled_from(pristine.metadata)), draw)
     if kind == "manifest":
         return _mutate_manifest(root, pristine, draw(st.sampled_from(pristine.manifests)), draw)
+    if kind == "key run":
+        run = draw(st.sampled_from(pristine.runs))
+        return _mutate_index_file(root, run, pristine.runs, 0, keyrun.FOOTER.size, draw)
+    if kind == "sidecar":
+        sidecar = draw(st.sampled_from(pristine.sidecars))
+        head, tail = chunkhashes.HEADER.size, chunkhashes.FOOTER.size
+        return _mutate_index_file(root, sidecar, pristine.sidecars, head, tail, draw)
     return _mutate_chunk(root, draw(st.sampled_from(pristine.chunks)), draw)
 
 
@@ -365,10 +427,20 @@ def _check(outcomes: list[dict[str, Any]], pristine: Pristine, mutations: list[s
             )
             continue
         ref, claimed = outcome["ref"], outcome["claimed"]
+        if outcome["op"] == "diff":
+            assert claimed == ref[1], f"{where}: asked for a diff to version {ref[1]}, got one to {claimed}"
+            assert sorted(outcome["records"]) == pristine.diffs[tuple(ref)], f"{where}: not the committed diff"
+            continue
         if isinstance(ref, int):
             assert claimed == ref, f"{where}: asked for version {ref}, got a view of version {claimed}"
         committed = pristine.expected.get(claimed, {})
-        for key, found in outcome["records"]:
+        if outcome["op"] == "in":
+            wrong = [key for key, found in outcome["records"] if found and key not in committed]
+            assert not wrong, f"{where}: version {claimed} does not hold {wrong}"
+            lost = [key for key, found in outcome["records"] if not found and key in committed]
+            assert not lost, f"{where}: version {claimed} holds {lost}"
+            continue
+        for key, found in outcome["records"]:  # a lookup's None: it found no record of key
             assert committed.get(key) == found, f"{where}: record {key} is not the one version {claimed} committed"
 
 
@@ -379,6 +451,7 @@ def _request(root: Path, views: Path, pristine: Pristine) -> dict[str, Any]:
         "keys": pristine.keys,
         "versions": [number for number in sorted(pristine.expected) if number > 0],  # version 0 is empty
         "tags": sorted(pristine.tags),
+        "diffs": sorted(pristine.diffs),
     }
 
 
@@ -401,7 +474,20 @@ def test_the_pristine_store_reads_back_every_record(pristine: Pristine, worker: 
         assert "error" not in outcome, outcome
         if outcome["op"] in ("lookup", "get_many", "items", "dataset"):
             expected = pristine.expected[outcome["claimed"]]
-            assert sorted(map(tuple, outcome["records"])) == sorted(expected.items()), outcome["op"]
+            found = [(key, record) for key, record in outcome["records"] if record is not None]
+            assert sorted(found) == sorted(expected.items()), outcome["op"]
+        elif outcome["op"] == "in":
+            present = {key for key, found in outcome["records"] if found}
+            assert present == set(pristine.expected[outcome["claimed"]]), outcome
+    assert {tuple(outcome["ref"]) for outcome in outcomes if outcome["op"] == "diff"} == set(pristine.diffs)
+    for (old, new), listed in pristine.diffs.items():  # the diffs the fuzz expects are what the versions hold
+        before, after = pristine.expected[old], pristine.expected[new]
+        assert sorted((key, change.split()[0]) for key, change in listed) == sorted(
+            [(key, "added") for key in after.keys() - before.keys()]
+            + [(key, "removed") for key in before.keys() - after.keys()]
+            + [(key, "changed") for key in after.keys() & before.keys() if after[key] != before[key]]
+        )
+        assert listed, "every diff checked has changes to get wrong"
 
 
 @settings(
