@@ -225,7 +225,7 @@ def test_compact_merges_chunks_and_keeps_every_record(tmp_path: Path) -> None:
 
 def test_upgrade_gives_a_format_2_store_its_key_index(tmp_path: Path) -> None:
     root = tmp_path / "store"
-    cli("create", root, "--chunk-bytes", "1024")
+    litstore.Store.create(root, key="id", chunk_bytes=1024, format_version=2)  # as an older litstore made it
     records = [_record(i) for i in range(30)]
     cli("import", root, _write_jsonl(tmp_path / "in.jsonl", records), "--no-progress")
     result = cli_json("upgrade", root, "--no-progress", "--message", "index")

@@ -137,4 +137,5 @@ def _check_recovered(root: Path, contents: dict[int, dict[Any, Record]], point: 
     assert dict(store.items()) == contents[5], point
     assert store.verify(expected_keys=contents[5]).ok, point
     stored = {found.path for found in store.storage.walk(layout.FRAGMENTS)}
-    assert stored == {chunk.filename for split in store.chunks().values() for chunk in split}, point
+    chunks = {chunk.filename for split in store.chunks().values() for chunk in split}
+    assert stored == chunks | {layout.chunk_hashes(chunk) for chunk in chunks}, point  # (each with its sidecar)

@@ -44,7 +44,7 @@ def test_the_index_a_commit_passes_on_is_the_one_a_reader_builds(
     make_store: Callable[..., litstore.Store], monkeypatch: pytest.MonkeyPatch, recent_min: int, history: list[Step]
 ) -> None:
     monkeypatch.setattr(keyindex, "_RECENT_MIN", recent_min)
-    store = make_store(key="id", key_type=int, chunk_bytes=512)
+    store = make_store(key="id", key_type=int, chunk_bytes=512, format_version=2)  # the in-memory index's path
     live: dict[int, int] = {}
     for revision, (operation, keys) in enumerate(history):
         head = store.head()
