@@ -156,8 +156,12 @@ def test_opening_reads_the_config_and_the_head_record(
     reads.clear()
     handle = reopen(indexed)
     assert handle.version.number == UPSERTED
-    assert reads.files == [("config", "litstore.json"), ("record", f"versions/{UPSERTED:08d}.json")]
-    assert reads.listed == ["versions"], "the head is the newest record listed: names only, no record read"
+    assert reads.files == [
+        ("config", "litstore.json"),
+        ("other", "versions/head.hint"),
+        ("record", f"versions/{UPSERTED:08d}.json"),
+    ]
+    assert reads.listed == [], "the head is the hint's, checked by lookups (tests/read/test_head.py)"
 
 
 @pytest.mark.parametrize(
