@@ -211,13 +211,13 @@ class Store:
         except MissingFileError:
             raise StoreNotFoundError(f"no litstore store at {storage.url} (no {layout.CONFIG})") from None
         config_format.check_schema(config, schema)
-        numbers = log.version_numbers(storage)
-        if not numbers:  # a creator died between writing the config and version 0
+        number = log.head_number(storage)
+        if number is None:  # a creator died between writing the config and version 0
             storage.put_if_absent(
                 layout.version_record(0), config_format.initial_version(config).model_dump_json().encode()
             )
-            numbers = [0]
-        return cls(Snapshot(storage, config, log.read_version(storage, numbers[-1]), schema))
+            number = 0
+        return cls(Snapshot(storage, config, log.read_version(storage, number), schema))
 
     # -- the head ----------------------------------------------------------------
 
@@ -227,9 +227,9 @@ class Store:
 
     def refresh(self) -> Version:
         """Move to the latest committed version, including other writers' commits."""
-        numbers = log.version_numbers(self.storage)
-        if numbers and numbers[-1] != self._head.version.number:
-            self._head = self._wrap(self._head.reader.successor(log.read_version(self.storage, numbers[-1])))
+        number = log.head_number(self.storage)
+        if number is not None and number != self._head.version.number:
+            self._head = self._wrap(self._head.reader.successor(log.read_version(self.storage, number)))
         return self._head.version
 
     @property

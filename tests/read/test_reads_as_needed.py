@@ -37,6 +37,7 @@ Read = tuple[str, str]  # (what the file is, its path)
 
 _KINDS = (
     ("config", re.compile(r"litstore\.json")),
+    ("head hint", re.compile(r"versions/head\.hint")),
     ("record", re.compile(r"versions/\d+\.json")),
     ("tag", re.compile(r"tags/[^/]+\.json")),
     ("split index", re.compile(r"versions/\d+-[0-9a-f]{20}/[^/]+/index\.json")),
@@ -156,8 +157,12 @@ def test_opening_reads_the_config_and_the_head_record(
     reads.clear()
     handle = reopen(indexed)
     assert handle.version.number == UPSERTED
-    assert reads.files == [("config", "litstore.json"), ("record", f"versions/{UPSERTED:08d}.json")]
-    assert reads.listed == ["versions"], "the head is the newest record listed: names only, no record read"
+    assert reads.files == [
+        ("config", "litstore.json"),
+        ("head hint", "versions/head.hint"),
+        ("record", f"versions/{UPSERTED:08d}.json"),
+    ]
+    assert reads.listed == [], "the head is the hint's, checked by lookups (tests/read/test_head.py)"
 
 
 @pytest.mark.parametrize(
@@ -260,7 +265,7 @@ def test_log_show_and_tags_read_commit_records_tags_and_the_config(
     arguments = [indexed.root] if version is None else [indexed.root, version]
     reads.clear()
     document = _cli(command, capsys, *arguments)
-    assert reads.kinds() <= {"config", "record", "tag"} | allowed, reads.files
+    assert reads.kinds() <= {"config", "head hint", "record", "tag"} | allowed, reads.files
     assert set(reads.listed) <= {"versions", "tags"} and not reads.built
     if command is cli.show:
         number = document["number"]

@@ -2,6 +2,7 @@
 
     litstore.json                                   StoreConfig
     versions/<v>.json                               Version: its creation is the commit
+    versions/head.hint                              the number of a recent commit, in decimal (a hint, see below)
     versions/<v>-<txn>/<split>/index.json           litdata index of that version's split
     manifests/<v>-<txn>.parquet                     manifest delta of version v
     manifests/<v>-<txn>.checkpoint.parquet          full manifest at version v (some versions)
@@ -21,6 +22,13 @@ record names the files of its version.
 
 Version numbers are zero-padded to 8 digits so that listings sort; readers parse
 them as integers, so larger numbers still work.
+
+The head hint is overwritten (best effort) by every writer after its commit record is
+created, so that finding the newest version costs a few lookups instead of a listing
+of ``versions/`` (:func:`litstore.read.log.head_number`). Nothing trusts it: a reader
+checks that its record exists and that the next one does not, and lists otherwise. It
+is no commit record (:func:`version_numbers` skips it) and no data file
+(:func:`is_own_file` does not match it, so gc never removes it).
 """
 
 from __future__ import annotations
@@ -35,6 +43,8 @@ FRAGMENTS = "fragments"
 TAGS = "tags"
 #: An advisory claim on the next commit by a writer that keeps losing races (``txn/claims.py``).
 TURN = f"{VERSIONS}/turn.claim"
+#: The number of a recent commit, written after each commit; readers check it (``read/log.py``).
+HEAD_HINT = f"{VERSIONS}/head.hint"
 #: Every name litstore writes at the top of a store root.
 TOP_LEVEL = (CONFIG, VERSIONS, MANIFESTS, FRAGMENTS, TAGS)
 #: A chunk file must be smaller than this: litdata's chunk header holds 32-bit offsets.

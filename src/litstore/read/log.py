@@ -14,6 +14,7 @@ against :mod:`litstore.format.layout` before it is used.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterator
 
 import numpy as np
@@ -21,7 +22,7 @@ import pyarrow as pa
 import pydantic
 
 from litstore._litdata.index import ChunkInfo, parse_index_document
-from litstore.errors import IntegrityError, VersionNotFoundError, first_problem
+from litstore.errors import IntegrityError, StorageError, VersionNotFoundError, first_problem
 from litstore.format import layout
 from litstore.format import manifest as manifest_format
 from litstore.format.models import (
@@ -38,6 +39,82 @@ from litstore.storage import MissingFileError, Storage
 def version_numbers(storage: Storage) -> list[int]:
     """The numbers of every commit record (live or tombstone), ascending."""
     return layout.version_numbers(storage.names(layout.VERSIONS))
+
+
+#: How many records past a writer's head :func:`versions_after` looks up before it lists instead.
+MAX_PROBES = 8
+#: The most bytes of ``versions/head.hint`` read: a decimal number and a newline.
+_HINT_BYTES = 24
+_HINT = re.compile(rb"(\d{1,18})\n?")
+
+
+def head_hint(storage: Storage) -> int | None:
+    """The number ``versions/head.hint`` holds; ``None`` if it is missing, unreadable or not a number.
+
+    Never an error: the hint only saves a listing (:func:`head_number`). At most
+    a few bytes are read, whatever the file's size.
+    """
+    try:
+        data = storage.read_range(layout.HEAD_HINT, 0, _HINT_BYTES)
+    except StorageError:  # missing, a link or a directory: as good as no hint
+        return None
+    match = _HINT.fullmatch(data)
+    return int(match.group(1)) if match else None
+
+
+def head_number(storage: Storage) -> int | None:
+    """The number of the newest commit record (live or tombstone); ``None`` if there is none.
+
+    The same number as the last of :func:`version_numbers`, found in O(1) lookups
+    when the hint is exact: its record exists and the next two do not (the second
+    lookup finds a record past a missing one, a gap in a damaged store, which the
+    listing would see). Any other hint (missing, garbage, pointing past the last
+    record or behind it) falls back to listing ``versions/``, so a planted or stale
+    hint costs what a listing costs and never hides a version. A commit landing
+    meanwhile may or may not be seen, as with a listing.
+
+    A hint behind the head is listed rather than probed past: it is behind only if a
+    writer died between its record and its hint, or a writer older than the hint
+    committed, or the store's files were copied in part (an old hint with some newer
+    records), where probing could stop at a gap a listing steps over.
+    """
+    hint = head_hint(storage)
+    if hint is None or not storage.exists(layout.version_record(hint)):
+        return _listed_head(storage)
+    if storage.exists(layout.version_record(hint + 1)) or storage.exists(layout.version_record(hint + 2)):
+        return _listed_head(storage)
+    return hint
+
+
+def versions_after(storage: Storage, number: int) -> list[int]:
+    """The numbers of the commit records after ``number``, ascending: the versions a writer whose head is
+    ``number`` (a record it read) has not seen.
+
+    Looks up ``number + 1``, ``number + 2`` ... until one is missing and the one after
+    it too; lists ``versions/`` instead if that takes more than :data:`MAX_PROBES`
+    lookups or finds a gap, so the answer is the listing's (save for commits landing
+    meanwhile). The caller reads each of these records anyway, so the lookups cost
+    what it reads; the listing, the whole history.
+    """
+    top = number
+    for _ in range(MAX_PROBES):
+        if not storage.exists(layout.version_record(top + 1)):
+            break
+        top += 1
+    else:
+        return _listed_after(storage, number)
+    if storage.exists(layout.version_record(top + 2)):  # a gap: let the listing show what is past it
+        return _listed_after(storage, number)
+    return list(range(number + 1, top + 1))
+
+
+def _listed_head(storage: Storage) -> int | None:
+    numbers = version_numbers(storage)
+    return numbers[-1] if numbers else None
+
+
+def _listed_after(storage: Storage, number: int) -> list[int]:
+    return [found for found in version_numbers(storage) if found > number]
 
 
 def read_record(storage: Storage, number: int) -> Version | ExpiredVersion:

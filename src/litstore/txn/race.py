@@ -4,11 +4,14 @@ Every write that publishes a version (:mod:`.commit`, :mod:`.fields`) ends here:
 commit record is created with put-if-absent (:func:`put_commit_record`), and a writer
 that lost catches up with the versions committed since its head (:func:`catch_up`)
 to see whether the winners touched the same keys (:func:`clash`) before it tries
-again after a short pause (:func:`pause`).
+again after a short pause (:func:`pause`). A writer that won overwrites the head hint
+(``versions/head.hint``) with its number, best effort, so that the next process finds
+the head without listing ``versions/`` (:func:`litstore.read.log.head_number`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import random
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -42,12 +45,27 @@ def put_commit_record(head: VersionReader, version: Version) -> bool:
     A PUT can succeed on the server while its response is lost: the client retries
     and is told the record exists, or gives up with an error. Either way the record
     is read back, and if it carries this attempt's transaction id the commit
-    happened.
+    happened. A record that is ours is then named in the head hint (best effort).
 
     Raises:
         UncertainCommitError: the PUT failed and reading the record back could not
             tell whether it landed; the caller must not remove anything the record names.
     """
+    if _created(head, version):
+        _write_hint(head, version.number)
+        return True
+    return False
+
+
+def _write_hint(head: VersionReader, number: int) -> None:
+    """Overwrite the head hint with ``number``: a plain write, as good as absent if it fails or another
+    writer's lands after it (readers check it, :func:`litstore.read.log.head_number`)."""
+    with contextlib.suppress(StorageError):
+        head.storage.write(layout.HEAD_HINT, f"{number}\n".encode())
+
+
+def _created(head: VersionReader, version: Version) -> bool:
+    """:func:`put_commit_record` without the hint."""
     storage = head.storage
     path = layout.version_record(version.number)
     data = version.model_dump_json(indent=1).encode()
@@ -96,7 +114,7 @@ def catch_up(head: VersionReader) -> tuple[VersionReader, set[Any], set[str]]:
     dropped: set[str] = set()
     start = head.version.number
     latest = head.version
-    for number in (n for n in log.version_numbers(head.storage) if n > start):
+    for number in log.versions_after(head.storage, start):
         record = log.read_record(head.storage, number)
         if isinstance(record, ExpiredVersion):
             raise ConflictError(
