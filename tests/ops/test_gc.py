@@ -154,7 +154,7 @@ def test_gc_keep_last_one_keeps_only_the_latest_and_tags(history: History) -> No
     store = litstore.open(history.root)
     remaining = {path for path in _sizes(history.root) if not path.startswith(layout.TAGS)}
     tombstones = {layout.version_record(number) for number in range(6)}
-    assert remaining - {layout.CONFIG} - tombstones <= _files_of(store) | {
+    assert remaining - {layout.CONFIG, layout.HEAD_HINT} - tombstones <= _files_of(store) | {
         layout.manifest_checkpoint(6, store.version.transaction or "")
     }
 
