@@ -25,8 +25,8 @@ manifests = st.lists(st.tuples(names, st.integers(0, 50)), max_size=40).map(
 )
 
 
-@pytest.mark.integration  # 200 DuckDB queries: seconds, not in the fast loop
-@settings(max_examples=200, deadline=None)
+@pytest.mark.integration  # 60 DuckDB queries: seconds, not in the fast loop
+@settings(max_examples=60, deadline=None)
 @given(
     table=manifests,
     wanted=st.lists(st.integers(-5, 45).map(lambda i: f"k{i:03d}"), unique=True, max_size=30),
@@ -44,8 +44,8 @@ def test_rows_for_keys_is_the_join(table: pa.Table, wanted: list[str]) -> None:
     assert found.column("chunk").cast(pa.string()).to_pylist() == expected.column("chunk").to_pylist()
 
 
-@pytest.mark.integration  # 200 DuckDB queries: seconds, not in the fast loop
-@settings(max_examples=200, deadline=None)
+@pytest.mark.integration  # 60 DuckDB queries: seconds, not in the fast loop
+@settings(max_examples=60, deadline=None)
 @given(table=manifests, chunks=st.lists(names, unique=True))
 def test_rows_in_chunks_is_the_semi_join(table: pa.Table, chunks: list[str]) -> None:
     found = query.rows_in_chunks(table, chunks)
@@ -65,8 +65,8 @@ def test_rows_in_chunks_is_the_semi_join(table: pa.Table, chunks: list[str]) -> 
     assert found.schema == table.schema
 
 
-@pytest.mark.integration  # 200 DuckDB queries: seconds, not in the fast loop
-@settings(max_examples=200, deadline=None)
+@pytest.mark.integration  # 60 DuckDB queries: seconds, not in the fast loop
+@settings(max_examples=60, deadline=None)
 @given(
     changes=st.lists(
         st.tuples(
@@ -83,7 +83,7 @@ def test_touched_keys_is_the_query(changes: list[tuple[str, str]]) -> None:
     assert sorted(query.touched_keys(delta)) == sorted(expected)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(
     table=manifests,
     leaving=st.lists(st.integers(-5, 45).map(lambda i: f"k{i:03d}"), unique=True, max_size=10),
@@ -98,7 +98,7 @@ def test_key_mask_is_is_in_even_when_key_hashes_collide(table: pa.Table, leaving
     assert query.key_mask(with_hashes, leaving).tolist() == expected.tolist()
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(table=manifests, chunks=st.lists(names, unique=True), data=st.data())
 def test_rows_in_chunks_leaves_out_the_excluded_rows(table: pa.Table, chunks: list[str], data: st.DataObject) -> None:
     excluded = np.array(data.draw(st.lists(st.booleans(), min_size=table.num_rows, max_size=table.num_rows)), bool)
@@ -133,7 +133,7 @@ def _manifest_table(rows: list[tuple[int, str, int]], version: int | None, colli
     return pa.table(columns)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=80, deadline=None)
 @given(
     base=st.lists(st.integers(0, 12), unique=True, max_size=12),
     deltas=_deltas,

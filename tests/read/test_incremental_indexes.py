@@ -36,9 +36,9 @@ def _same(passed: KeyIndex, built: KeyIndex) -> None:
     assert passed.contents.shape == (len(passed), 16) and passed.contents.dtype == np.uint8
 
 
-@pytest.mark.integration  # 25 write sequences: seconds, not in the fast loop
+@pytest.mark.integration  # 12 write sequences: seconds, not in the fast loop
 @pytest.mark.parametrize("recent_min", [4, 1 << 16], ids=["merged-often", "kept-recent"])
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(history=steps)
 def test_the_index_a_commit_passes_on_is_the_one_a_reader_builds(
     make_store: Callable[..., litstore.Store], monkeypatch: pytest.MonkeyPatch, recent_min: int, history: list[Step]
