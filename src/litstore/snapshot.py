@@ -341,10 +341,14 @@ class Snapshot:
             if not isinstance(keys, Iterable):
                 raise InvalidArgumentError(f"keys is a list of keys, got {type(keys).__name__}")
             wanted = list(dict.fromkeys(hashing.normalize_key(key) for key in keys))  # type: ignore[misc,union-attr]
-        ordered = streaming.stream_records(self.manifest(), chunks, located=True)
-        key_type = ordered.schema.field("key").type
         valid = [key for key in wanted if hashing.is_key(key, self.config.key_type)]
-        members = ordered.filter(pc.is_in(ordered.column("key"), pa.array(valid, key_type)))
+        found = self._reader.located(valid)
+        if found is not None:  # from the key index on disk: what the subset holds, in stream order
+            members = streaming.in_stream_order(found, chunks)
+        else:
+            ordered = streaming.stream_records(self.manifest(), chunks, located=True)
+            key_type = ordered.schema.field("key").type
+            members = ordered.filter(pc.is_in(ordered.column("key"), pa.array(valid, key_type)))
         where_said = f"where {where!r}" if where is not None else f"the {len(wanted)} keys given"
         if keys is not None and members.num_rows != len(wanted):
             present = set(members.column("key").to_pylist())

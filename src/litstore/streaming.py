@@ -175,6 +175,28 @@ def stream_records(manifest: pa.Table, chunks: Sequence[ChunkInfo], located: boo
     return listed.select(columns).take(pa.array(np.argsort(positions)))
 
 
+def in_stream_order(rows: pa.Table, chunks: Sequence[ChunkInfo]) -> pa.Table:
+    """Those of ``rows`` (``key``, ``content_hash``, ``chunk``, ``row``) in ``chunks``, in the order litdata
+    numbers their items.
+
+    Raises:
+        IntegrityError: a row names an item its chunk does not hold (the index it came from is damaged).
+    """
+    position = {chunk.filename: index for index, chunk in enumerate(chunks)}
+    sizes = np.array([chunk.num_items for chunk in chunks], dtype=np.int64)
+    names = rows.column("chunk").to_pylist()
+    inside = np.array([name in position for name in names], dtype=bool)
+    rows = rows.filter(pa.array(inside))
+    chunk_ids = np.array([position[name] for name in np.array(names, dtype=object)[inside]], dtype=np.int64)
+    numbers = rows.column("row").to_numpy().astype(np.int64)
+    if len(numbers) and bool(((numbers < 0) | (numbers >= sizes[chunk_ids])).any()):
+        raise IntegrityError(
+            "the key index names items past the end of their chunks in this split: the version's index is "
+            "damaged; store.verify() checks it"
+        )
+    return rows.take(pa.array(np.lexsort((numbers, chunk_ids))))
+
+
 def open_subset(
     storage: Storage,
     config: StoreConfig,

@@ -126,3 +126,29 @@ def test_a_damaged_copy_is_caught_and_a_reused_view_is_the_same(store: litstore.
     copies[0].write_bytes(bytes(data))
     with pytest.raises(litstore.IntegrityError):
         list(again)
+
+
+def test_a_key_subset_of_a_format_3_version_reads_the_key_index_not_the_manifest(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A subset by keys costs what it holds: its keys are found in the key runs, the manifest is never composed."""
+    from litstore.read.version import VersionReader
+
+    store = litstore.Store.create(tmp_path / "s", key="id", chunk_bytes=1024)
+    store.append([{"id": f"k{i:03d}", "v": i} for i in range(120)])
+    store.upsert([{"id": f"k{i:03d}", "v": -i} for i in range(0, 120, 5)])
+    wanted = [f"k{i:03d}" for i in (3, 10, 47, 99, 118)]
+    expected = {key: store[key] for key in wanted}
+    in_train = [key for key in wanted if key in set(litstore.open(tmp_path / "s").select("split = 'train'"))]
+
+    def refuse(*_: object, **__: object) -> None:
+        raise AssertionError("the manifest was composed")
+
+    fresh = litstore.open(tmp_path / "s")
+    monkeypatch.setattr(VersionReader, "manifest", refuse)
+    streamed = {record["id"]: record for record in fresh.dataset(keys=wanted, views_dir=tmp_path / "views")}
+    assert streamed == expected
+    train = [record["id"] for record in fresh.dataset(split="train", keys=in_train, views_dir=tmp_path / "views")]
+    assert sorted(train) == sorted(in_train)
+    with pytest.raises(litstore.KeyNotFoundError, match="nope"):
+        fresh.dataset(keys=[*wanted, "nope"], views_dir=tmp_path / "views")

@@ -334,6 +334,29 @@ class VersionReader:
         already. A version committed without them (before ``Store.upgrade``) composes its manifest instead."""
         return self._config.writes_key_runs and self._index is None and keyruns.has_key_index(self._version)
 
+    def located(self, keys: Sequence[Key]) -> pa.Table | None:
+        """``key``, ``content_hash``, ``chunk``, ``row`` of those of ``keys`` (normalized) this version holds,
+        from its key index on disk; ``None`` if it reads no runs (compose the manifest instead).
+
+        What a subset of a large version costs: the subset's keys, not the version's rows.
+        """
+        if not self._reads_runs():
+            return None
+        status, names, entries = self._locate(list(keys))
+        live = np.flatnonzero(status == keyruns.LIVE)
+        key_type = pa.string() if self._config.key_type == "str" else pa.int64()
+        contents = entries["content"][live].tobytes()
+        return pa.table(
+            {
+                "key": pa.array([keys[i] for i in live.tolist()], key_type),
+                "content_hash": pa.FixedSizeBinaryArray.from_buffers(
+                    pa.binary(16), len(live), [None, pa.py_buffer(contents)]
+                ),
+                "chunk": pa.array([names[i] for i in live.tolist()], pa.string()),
+                "row": pa.array(entries["row"][live].astype(np.int64), pa.int64()),
+            }
+        )
+
     def key_runs(self) -> keyruns.KeyRuns:
         """This version's key index on disk (format 3)."""
         return keyruns.KeyRuns(self._storage, self._version.key_runs, self._run_readers)
