@@ -437,7 +437,8 @@ class Store:
                 return self.version
             fragments = []
         try:
-            change = txn.Write(fragments, mode, unchanged)
+            checked_on = self.version.number if mode == "append" else None  # (_checked_runs checked the head)
+            change = txn.Write(fragments, mode, unchanged, checked_on=checked_on)
             self._head = self._wrap(
                 txn.commit(self._head.reader, change, message=message, metadata=metadata, progress=progress)
             )

@@ -82,11 +82,17 @@ class Write:
     ``unchanged`` names keys the caller left out of ``fragments`` because the parent
     held their content (``Store.upsert`` drops them before staging): a rival's change
     to them is still a conflict, never a write silently lost.
+
+    ``checked_on``: the version an ``append``'s keys were already found absent from
+    before staging (``Store.append`` checks each run as it comes, to name culprits by
+    input position); planned on that very version, the check is not made again. On any
+    other parent (a rival committed first) it is.
     """
 
     fragments: Sequence[StagedFragment]
     mode: Mode = "append"
     unchanged: Collection[Any] = frozenset()
+    checked_on: int | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "fragments", _fragments(self.fragments))
@@ -98,7 +104,8 @@ class Write:
         return self.mode
 
     def plan(self, parent: VersionReader) -> Plan:
-        return plan(parent, self.fragments, self.mode, unchanged=frozenset(self.unchanged))
+        checked = self.mode == "append" and self.checked_on == parent.version.number
+        return plan(parent, self.fragments, self.mode, unchanged=frozenset(self.unchanged), keys_checked=checked)
 
 
 @dataclass(frozen=True)

@@ -106,6 +106,7 @@ def plan(
     rewrite: frozenset[str] = frozenset(),
     chunk_bytes: int | None = None,
     unchanged: frozenset[Any] = frozenset(),
+    keys_checked: bool = False,
 ) -> Plan:
     """Plan publishing ``fragments`` and deleting ``deletes`` on top of ``parent``.
 
@@ -114,7 +115,8 @@ def plan(
     ``unchanged``: keys the caller left out of ``fragments`` because ``parent`` held
     their content; like skipped records, they join the plan's touched keys.
     ``rewrite`` names chunks of the parent to drop and move whole (compaction), into
-    chunks of ``chunk_bytes``.
+    chunks of ``chunk_bytes``. ``keys_checked``: an append's keys are known to be absent
+    from ``parent`` (checked against it before staging).
 
     Raises:
         DuplicateKeyError: a key is staged twice, staged and deleted, or (append) already live.
@@ -132,7 +134,7 @@ def plan(
     replacing = np.zeros(staged.num_rows, dtype=bool)
     leaving: list[pa.Table] = []
     replaced = Removal()
-    if mode == "append":
+    if mode == "append" and not keys_checked:
         existing = parent.existing_keys(staged_keys, staged.column("key_hash").to_numpy())
         if existing:
             raise DuplicateKeyError(
