@@ -23,10 +23,16 @@ def _count_checks(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 
 
 def test_an_append_checks_its_keys_once_on_an_unchanged_head(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    store = litstore.Store.create(tmp_path / "s", key="id")
-    store.append([{"id": "a"}])
+    litstore.Store.create(tmp_path / "s", key="id").append([{"id": "a"}])
+    store = litstore.open(tmp_path / "s")
     seen = _count_checks(monkeypatch)
-    store.append([{"id": "b"}, {"id": "c"}])
+
+    def refuse(*_: object, **__: object) -> None:
+        raise AssertionError("an append composed the manifest")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(VersionReader, "manifest", refuse)
+        store.append([{"id": "b"}, {"id": "c"}])
     assert seen == [1]
     with pytest.raises(litstore.DuplicateKeyError, match="'a'"):
         store.append([{"id": "a"}])

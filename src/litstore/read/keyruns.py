@@ -150,8 +150,14 @@ class RunReader:
         where = np.flatnonzero(last >= 0)  # (a key below the first fence is not in the run)
         if not len(where):
             return status, found
-        spans = zip(first[where].tolist(), last[where].tolist(), strict=True)
-        numbers = sorted({page for low, high in spans for page in range(low, high + 1)})
+        # In hash order: searching sorted keys in the pages walks them once (a large batch's
+        # random order missed the cache on every search: 2.2 of 4.4 s for 500k keys in 6M).
+        where = where[np.argsort(hashes[where], kind="stable")]
+        lows, highs = first[where], last[where]
+        spans = [lows, highs]
+        wide = np.flatnonzero(highs - lows > 1)  # a key hash whose entries fill pages between (rare)
+        spans += [np.arange(low, high + 1) for low, high in zip(lows[wide].tolist(), highs[wide].tolist(), strict=True)]
+        numbers = np.unique(np.concatenate(spans)).tolist()
         pages = self.pages(numbers)
         sizes = np.fromiter(map(len, pages), dtype=np.int64, count=len(pages))
         ends = np.cumsum(sizes)

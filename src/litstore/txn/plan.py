@@ -134,8 +134,8 @@ def plan(
     replacing = np.zeros(staged.num_rows, dtype=bool)
     leaving: list[pa.Table] = []
     replaced = Removal()
-    if mode == "append" and not keys_checked:
-        existing = parent.existing_keys(staged_keys, staged.column("key_hash").to_numpy())
+    if mode == "append":
+        existing = [] if keys_checked else parent.existing_keys(staged_keys, staged.column("key_hash").to_numpy())
         if existing:
             raise DuplicateKeyError(
                 f"{len(existing)} keys are already in the store (append never replaces; use upsert): "
