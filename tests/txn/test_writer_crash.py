@@ -249,9 +249,11 @@ def _kill_points(base: Path, scratch: Path) -> list[KillPoint]:
         calls, chunks = _steps(base, scratch, operation)
         names = [name for name, _ in calls]
         assert set(names) <= set(MUTATING)
-        # The staging directory, then the stager's lease; after the commit record only the leases are removed.
+        # The staging directory, then the stager's lease; after the commit record only the head hint is
+        # written and the leases removed.
         commit_at = len(names) - names[::-1].index("put_if_absent")
-        assert names[:2] == ["staging", "write"] and set(names[commit_at:]) <= {"delete"}, names
+        after = {(name, path if name == "write" else "") for name, path in calls[commit_at:]}
+        assert names[:2] == ["staging", "write"] and after <= {("delete", ""), ("write", layout.HEAD_HINT)}, names
         final, _ = _outcome(operation, committed=True)
         assert calls[commit_at - 1][1] == f"versions/{final:08d}.json"
         assert "write" in names and len(chunks) >= 3, (names, chunks)
