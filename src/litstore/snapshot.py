@@ -476,7 +476,7 @@ class Snapshot:
                 raise VersionNotFoundError(f"version {number} does not exist")
             return log.read_version(self.storage, number)
         except VersionNotFoundError as exc:
-            numbers = log.version_numbers(self.storage)
+            numbers = [kept.number for kept in self.versions()]  # (gc's tombstones are not versions kept)
             kept = f"; the oldest version kept is {numbers[0]} and the latest is {numbers[-1]}" if numbers else ""
             raise VersionNotFoundError(f"{exc}{kept}") from None
 

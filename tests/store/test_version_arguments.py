@@ -72,3 +72,13 @@ def test_every_call_taking_a_version_takes_a_tag(make_any_store: Callable[..., l
     else:
         assert len(list(store.dataset("one"))) == 1
     assert dict(store.tags) == {"one": 1} and "one" in store.tags and store.tags["one"] == 1
+
+
+def test_a_missing_version_names_the_oldest_version_gc_kept(make_any_store: Callable[..., litstore.Store]) -> None:
+    store = make_any_store(key="id")
+    for number in range(4):
+        store.append([{"id": str(number)}])
+    store.gc(keep_last=2, grace=timedelta(0))
+    for asked in (0, 2, 9):
+        with pytest.raises(litstore.VersionNotFoundError, match="the oldest version kept is 3 and the latest is 4"):
+            store.at(asked)
