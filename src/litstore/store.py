@@ -88,6 +88,11 @@ class Store:
     """
 
     def __init__(self, head: Snapshot) -> None:
+        if not isinstance(head, Snapshot):
+            raise InvalidArgumentError(
+                f"Store({head!r}) takes a Snapshot: open a store with litstore.open(root), or make one with "
+                "litstore.Store.create(root, key=...)"
+            )
         self._head = head
 
     def __repr__(self) -> str:
@@ -102,7 +107,7 @@ class Store:
         cls,
         root: Root,
         key: str = "id",
-        splits: SplitRule | str | None = None,
+        splits: SplitRule | str | dict[str, float] | None = None,
         *,
         key_type: type | None = None,
         schema: type[pydantic.BaseModel] | None = None,
@@ -118,9 +123,9 @@ class Store:
             root: a local directory (created if needed; it must not hold other files),
                 ``s3://bucket/prefix`` or ``memory://name``.
             key: the record field that holds each record's key.
-            splits: ``HashSplit(train=0.9, val=0.1)`` to split by key hash, a field
-                name (or ``FieldSplit``) to take the split from each record, or ``None``
-                for a single split ``"train"``.
+            splits: ``HashSplit(train=0.9, val=0.1)`` (or the dict ``{"train": 0.9,
+                "val": 0.1}``) to split by key hash, a field name (or ``FieldSplit``) to
+                take the split from each record, or ``None`` for a single split ``"train"``.
             key_type: ``str`` or ``int``; defaults to the schema's key annotation, else ``str``.
             schema: a pydantic model every record is validated against. Its scalar
                 fields (int, float, str, bool, or Optional of one) are declared fields.
@@ -153,6 +158,13 @@ class Store:
                 rule = HashSplit(train=1.0)
             elif isinstance(splits, str):
                 rule = FieldSplit(field=splits)
+            elif isinstance(splits, dict):
+                rule = HashSplit(splits)  # fractions by split name, as HF's and sklearn's splits are given
+            elif not isinstance(splits, (HashSplit, FieldSplit)):
+                raise InvalidArgumentError(
+                    f"splits is a HashSplit, a dict of fractions such as {{'train': 0.9, 'val': 0.1}}, a field "
+                    f"name or a FieldSplit, not {type(splits).__name__}"
+                )
             else:
                 rule = splits
             config = StoreConfig(

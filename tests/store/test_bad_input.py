@@ -176,3 +176,17 @@ def test_create_refuses_bad_arguments_and_strangers_directories(tmp_path: Path) 
     with pytest.raises(litstore.StoreExistsError, match="not empty"):
         litstore.Store.create(tmp_path / "photos", key="id")
     assert sorted(p.name for p in (tmp_path / "photos").iterdir()) == ["cat.jpg"]
+
+
+def test_a_store_made_from_a_path_says_to_open_it(tmp_path: Path) -> None:
+    with pytest.raises(litstore.InvalidArgumentError, match=r"litstore\.open\(root\)"):
+        litstore.Store(str(tmp_path))  # type: ignore[arg-type]
+
+
+def test_splits_given_as_a_dict_of_fractions_split_by_hash(tmp_path: Path) -> None:
+    store = litstore.Store.create(tmp_path / "s", key="id", splits={"train": 0.9, "val": 0.1})
+    assert store.config.splits == litstore.HashSplit(train=0.9, val=0.1)
+    with pytest.raises(litstore.InvalidArgumentError, match="dict of fractions"):
+        litstore.Store.create(tmp_path / "t", key="id", splits=[("train", 1.0)])  # type: ignore[arg-type]
+    with pytest.raises(litstore.InvalidArgumentError, match="HashSplit"):
+        litstore.Store.create(tmp_path / "u", key="id", splits={"train": 0.5})
