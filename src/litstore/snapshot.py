@@ -153,7 +153,7 @@ class Snapshot:
     def __getitem__(self, key: Key) -> Record:
         record = self._reader.find(key)
         if record is None:
-            raise KeyNotFoundError(f"key {key!r} is not in version {self.version.number}")
+            raise KeyNotFoundError(f"key {key!r} is not in version {self.version.number}{_kind_hint(key, self.config)}")
         return record
 
     def __contains__(self, key: object) -> bool:
@@ -212,7 +212,15 @@ class Snapshot:
         try:
             return self._reader.sql(sql)
         except query.DatabaseError as exc:
-            raise QueryError(f"query failed: {exc}") from exc
+            hint = ""
+            if "Referenced column" in str(exc) or "not found in FROM clause" in str(exc):
+                declared = ", ".join(repr(name) for name in self.fields) or "none"
+                hint = (
+                    f". The manifest's columns are key (each record's {self.config.key!r}), key_hash, "
+                    f"content_hash, split, chunk, row and the declared fields ({declared}): declare another "
+                    "record field with store.add_fields({name: type}) to query it"
+                )
+            raise QueryError(f"query failed: {exc}{hint}") from exc
 
     def verify(
         self,
@@ -487,3 +495,11 @@ class Snapshot:
         if not found:
             raise VersionNotFoundError(f"no version kept was committed at or before {when:%Y-%m-%d %H:%M:%S %Z}")
         return found[-1]
+
+
+def _kind_hint(key: object, config: StoreConfig) -> str:
+    """Why a key of the wrong kind can never be found: this store's keys are all of one type."""
+    wanted = str if config.key_type == "str" else int
+    if isinstance(key, wanted) and not isinstance(key, bool):
+        return ""
+    return f": this store's keys are {config.key_type}s, and {key!r} is of type {type(key).__name__}"

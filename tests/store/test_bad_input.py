@@ -190,3 +190,20 @@ def test_splits_given_as_a_dict_of_fractions_split_by_hash(tmp_path: Path) -> No
         litstore.Store.create(tmp_path / "t", key="id", splits=[("train", 1.0)])  # type: ignore[arg-type]
     with pytest.raises(litstore.InvalidArgumentError, match="HashSplit"):
         litstore.Store.create(tmp_path / "u", key="id", splits={"train": 0.5})
+
+
+def test_a_query_on_an_undeclared_field_says_how_to_declare_it(tmp_path: Path) -> None:
+    store = litstore.Store.create(tmp_path / "s", key="id", fields={"label": int})
+    store.append([{"id": "a", "label": 1, "caption": "x"}])
+    with pytest.raises(litstore.QueryError, match=r"declared fields \('label'\).*add_fields"):
+        store.select("caption = 'x'")
+
+
+def test_a_key_of_the_wrong_type_says_what_the_keys_are(tmp_path: Path) -> None:
+    store = litstore.Store.create(tmp_path / "s", key="id")
+    store.append([{"id": "5"}])
+    with pytest.raises(litstore.KeyNotFoundError, match="keys are strs, and 5 is of type int"):
+        store[5]
+    with pytest.raises(litstore.KeyNotFoundError) as caught:
+        store["6"]
+    assert "type" not in str(caught.value)
