@@ -416,6 +416,10 @@ class Snapshot:
     def at(self, version: VersionRef) -> Snapshot:
         """A read-only view of ``version``: a number, a tag name, a ``Version``, or a time (the version current then).
 
+        A negative number counts back from the newest version kept (``-1`` is the
+        newest, ``-2`` the one before, as Deep Lake's ``history[-1]``), and ``"latest"``
+        is the newest version unless a tag has that name.
+
         A time picks the newest version whose recorded time is at or before it. Recorded
         times are the writers' clocks, never earlier than the parent's (so they only grow
         along the version chain); a writer whose clock is ``s`` slow can make a time
@@ -453,8 +457,25 @@ class Snapshot:
             InvalidArgumentError: ``version`` is of another type, or not a whole number.
         """
         if isinstance(version, str):
-            return log.read_tag(self.storage, version).version
+            return self._tagged(version)
         return self._record_of(version).number
+
+    def _tagged(self, name: str) -> int:
+        """The version tag ``name`` names; ``"latest"`` (unless a tag has that name) is the newest version.
+
+        Raises:
+            VersionNotFoundError: no such tag (an all-digit name says to pass the number as an int).
+        """
+        try:
+            return log.read_tag(self.storage, name).version
+        except VersionNotFoundError as exc:
+            if name == "latest":
+                newest = log.head_number(self.storage)
+                if newest is not None:
+                    return newest
+            if name.strip().lstrip("-").isdigit():
+                raise VersionNotFoundError(f"{exc}; for version {int(name)}, pass the int {int(name)}") from None
+            raise
 
     def _record_of(self, version: VersionRef) -> Version:
         """The commit record of the version ``version`` means, read once (none for this version's own).
@@ -464,7 +485,7 @@ class Snapshot:
             InvalidArgumentError: ``version`` is of another type, or not a whole number.
         """
         if isinstance(version, str):
-            number = log.read_tag(self.storage, version).version
+            number = self._tagged(version)
         elif isinstance(version, datetime):
             return self._current_at(version)
         elif isinstance(version, Version):
@@ -480,8 +501,11 @@ class Snapshot:
         if number == self.version.number:
             return self.version
         try:
-            if number < 0:
-                raise VersionNotFoundError(f"version {number} does not exist")
+            if number < 0:  # counted back from the newest version kept: -1 is the newest, as in git's HEAD~0
+                listed = self.versions()
+                if -number > len(listed):
+                    raise VersionNotFoundError(f"version {number} does not exist: {len(listed)} versions are kept")
+                return listed[number]
             return log.read_version(self.storage, number)
         except VersionNotFoundError as exc:
             numbers = [kept.number for kept in self.versions()]  # (gc's tombstones are not versions kept)

@@ -121,7 +121,7 @@ def test_unknown_split_name(make_any_store: Callable[..., litstore.Store]) -> No
 
 def test_version_that_does_not_exist(store: litstore.Store) -> None:
     _seeded(store)
-    for bad in (2, 99, -1):
+    for bad in (2, 99, -3):  # (-1 and -2 count back from the newest of the two versions kept)
         error = _expect_rejected(store, lambda bad=bad: store.at(bad), litstore.VersionNotFoundError, str(bad))
         assert isinstance(error, LookupError)
 

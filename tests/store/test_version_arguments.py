@@ -82,3 +82,17 @@ def test_a_missing_version_names_the_oldest_version_gc_kept(make_any_store: Call
     for asked in (0, 2, 9):
         with pytest.raises(litstore.VersionNotFoundError, match="the oldest version kept is 3 and the latest is 4"):
             store.at(asked)
+
+
+def test_negative_numbers_count_back_and_latest_is_the_newest(make_any_store: Callable[..., litstore.Store]) -> None:
+    store = make_any_store(key="id")
+    for number in range(3):
+        store.append([{"id": str(number)}])
+    assert [store.at(back).version.number for back in (-1, -2, -4)] == [3, 2, 0]
+    assert store.at("latest").version.number == 3 and store.head().resolve("latest") == 3
+    with pytest.raises(litstore.VersionNotFoundError, match="4 versions are kept"):
+        store.at(-5)
+    store.tag("latest", 1)  # a tag of that name wins
+    assert store.at("latest").version.number == 1
+    with pytest.raises(litstore.VersionNotFoundError, match="pass the int 2"):
+        store.at("2")
