@@ -189,6 +189,10 @@ def test_local_store_end_to_end(tmp_path: Path) -> None:
     assert dict(litstore.open(copy).items()) == {key: store[key] for key in val_keys}
 
 
+def test_version_prints_litstore_s_version() -> None:
+    assert cli("--version").stdout.strip() == f"litstore {litstore.__version__}"
+
+
 def test_gc_is_a_dry_run_without_yes(tmp_path: Path) -> None:
     root = tmp_path / "store"
     cli("create", root, "--chunk-bytes", "1024")
@@ -203,7 +207,7 @@ def test_gc_is_a_dry_run_without_yes(tmp_path: Path) -> None:
     assert sorted(str(path) for path in root.rglob("*")) == before
     assert [v["number"] for v in cli_json("log", root)] == [0, 1, 2]
 
-    done = cli_json("gc", root, "--keep-last", "1", "--grace", "0s", "--yes")
+    done = cli_json("gc", root, "--keep-last", "1", "--grace", "0s", "-y")  # (-y is --yes)
     assert not done["dry_run"] and done["removed_files"] == planned["removed_files"]
     assert not any((root / name).exists() for name in done["removed_files"])
     assert [v["number"] for v in cli_json("log", root)] == [2]

@@ -62,6 +62,24 @@ _out = Console(soft_wrap=True, markup=False, highlight=False, emoji=False)
 _err = Console(stderr=True, soft_wrap=True, markup=False, highlight=False, emoji=False)
 
 
+def _show_version(value: bool) -> None:
+    if value:
+        from litstore import __version__
+
+        _out.print(f"litstore {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool,
+        typer.Option("--version", callback=_show_version, is_eager=True, help="Print litstore's version and exit."),
+    ] = False,
+) -> None:
+    """Inspect, query, check and maintain litstore stores (local or s3://)."""
+
+
 def _say(text: str) -> None:
     """Print one line of litstore's own wording that may quote a stranger's text (see :mod:`.display`)."""
     _out.print(shown_lines(text))
@@ -508,7 +526,9 @@ def gc(
     keep_last: Annotated[int | None, typer.Option(help="Keep the last N versions.")] = None,
     older_than: Annotated[str | None, typer.Option(help="Expire versions older than this (7d, 12h, ISO time).")] = None,
     grace: Annotated[str | None, typer.Option(help="Never remove unreferenced files younger than this (1h).")] = None,
-    yes: Annotated[bool, typer.Option("--yes", help="Really remove; without it, only show what would go.")] = False,
+    yes: Annotated[
+        bool, typer.Option("--yes", "-y", help="Really remove; without it, only show what would go.")
+    ] = False,
     break_leases: Annotated[
         bool,
         typer.Option(
