@@ -45,6 +45,7 @@ from litstore.format.models import (
     check_chunk_bytes,
     check_message,
     check_metadata,
+    size_in_bytes,
 )
 from litstore.read import log
 from litstore.read.version import VersionReader
@@ -112,7 +113,7 @@ class Store:
         key_type: type | None = None,
         schema: type[pydantic.BaseModel] | None = None,
         fields: dict[str, Any] | None = None,
-        chunk_bytes: int = 64 * 1024 * 1024,
+        chunk_bytes: int | str = 64 * 1024 * 1024,
         checkpoint_interval: int = 64,
         storage_options: dict[str, Any] | None = None,
         format_version: int | None = None,
@@ -134,7 +135,8 @@ class Store:
                 checks them (a field may be missing or ``None`` only if Optional), and
                 ``sql()`` and ``select(where=...)`` filter by them. More can be added
                 later with :meth:`add_fields`.
-            chunk_bytes: target size of a chunk file.
+            chunk_bytes: target size of a chunk file, in bytes or as litdata writes it
+                (``"64MB"``; ``"64MiB"`` for binary units).
             checkpoint_interval: write a full manifest at least every this many
                 versions (also whenever the deltas since the last one outgrow the
                 live records).
@@ -173,7 +175,7 @@ class Store:
                 splits=rule,
                 record_schema=config_format.schema_ref(schema) if schema is not None else None,
                 fields=config_format.declared_fields(key, schema, fields),
-                chunk_bytes=chunk_bytes,
+                chunk_bytes=size_in_bytes(chunk_bytes),
                 checkpoint_interval=checkpoint_interval,
                 created_at=datetime.now(UTC),
                 format_version=DEFAULT_STORE_FORMAT if format_version is None else format_version,
@@ -501,7 +503,7 @@ class Store:
     def compact(
         self,
         *,
-        target_chunk_bytes: int | None = None,
+        target_chunk_bytes: int | str | None = None,
         min_fill: float = 0.5,
         message: str | None = None,
         progress: bool = False,
@@ -523,7 +525,11 @@ class Store:
         message = check_message(message)
         if isinstance(min_fill, bool) or not isinstance(min_fill, (int, float)) or not 0 < min_fill <= 1:
             raise InvalidArgumentError(f"min_fill must be in (0, 1], got {min_fill!r}")
-        target = self.config.chunk_bytes if target_chunk_bytes is None else target_chunk_bytes
+        target = (
+            self.config.chunk_bytes
+            if target_chunk_bytes is None
+            else size_in_bytes(target_chunk_bytes, "target_chunk_bytes")
+        )
         if isinstance(target, bool) or not isinstance(target, int) or target <= 0:
             raise InvalidArgumentError(f"target_chunk_bytes must be a positive whole number, got {target!r}")
         if target_chunk_bytes is not None:

@@ -207,3 +207,13 @@ def test_a_key_of_the_wrong_type_says_what_the_keys_are(tmp_path: Path) -> None:
     with pytest.raises(litstore.KeyNotFoundError) as caught:
         store["6"]
     assert "type" not in str(caught.value)
+
+
+def test_chunk_bytes_may_be_written_as_litdata_writes_it(tmp_path: Path) -> None:
+    assert litstore.Store.create(tmp_path / "a", key="id", chunk_bytes="64MB").config.chunk_bytes == 64_000_000
+    assert litstore.Store.create(tmp_path / "b", key="id", chunk_bytes="1MiB").config.chunk_bytes == 1 << 20
+    assert litstore.Store.create(tmp_path / "c", key="id", chunk_bytes=" 2.5 kb ").config.chunk_bytes == 2500
+    for bad in ("64 parsecs", "MB", "-1MB", "5GB"):  # (5 GB is past litdata's 32-bit offsets)
+        with pytest.raises(litstore.InvalidArgumentError, match="chunk_bytes"):
+            litstore.Store.create(tmp_path / "d", key="id", chunk_bytes=bad)
+    assert not (tmp_path / "d").exists()
