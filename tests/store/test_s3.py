@@ -147,17 +147,21 @@ def test_lookups_and_versions_read_back_on_s3(history: History) -> None:
 def test_tags_on_s3(history: History) -> None:
     store = history.store
     store.tag("first", 1)
-    store.tag("latest")
+    store.tag("release")
     reopened = litstore.open(history.url, storage_options=history.options)
-    assert dict(reopened.tags) == {"first": 1, "latest": 3}
+    assert dict(reopened.tags) == {"first": 1, "release": 3}
     _reads_exactly(reopened.at("first"), history.expected[1])
     with pytest.raises(litstore.TagError):
         reopened.tag("first", 2)
     reopened.tag("first", 2, move=True)
     _reads_exactly(reopened.at("first"), history.expected[2])
-    reopened.delete_tag("latest")
+    reopened.delete_tag("release")
     with pytest.raises(litstore.VersionNotFoundError):
-        reopened.at("latest")
+        reopened.at("release")
+    reopened.tag("latest", 1)  # a tag named "latest" is the tag; without one, "latest" is the newest version
+    assert reopened.at("latest").version.number == 1
+    reopened.delete_tag("latest")
+    assert reopened.at("latest").version.number == 3
 
 
 def test_sql_and_diff_on_s3(history: History) -> None:
