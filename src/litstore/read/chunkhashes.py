@@ -37,11 +37,20 @@ _KEPT = 2
 
 def all_present(storage: Storage, chunks: Iterable[ChunkInfo]) -> bool:
     """Whether every one of ``chunks`` has its hashes sidecar: one listing of each fragment they are in."""
-    wanted: dict[str, set[str]] = {}
+    return not missing(storage, chunks)
+
+
+def missing(storage: Storage, chunks: Iterable[ChunkInfo]) -> list[ChunkInfo]:
+    """Those of ``chunks`` that have no hashes sidecar, in order: one listing of each fragment they are in."""
+    present: dict[str, set[str]] = {}
+    lacking = []
     for chunk in chunks:
         fragment, _, name = layout.chunk_hashes(chunk.filename).rpartition("/")
-        wanted.setdefault(fragment, set()).add(name)
-    return all(names <= set(storage.names(fragment)) for fragment, names in wanted.items())
+        if fragment not in present:
+            present[fragment] = set(storage.names(fragment))
+        if name not in present[fragment]:
+            lacking.append(chunk)
+    return lacking
 
 
 class ChunkHashes:

@@ -20,7 +20,7 @@ from litstore.format import layout
 from litstore.format import manifest as manifest_format
 from litstore.format.models import Version, declared_fields
 from litstore.txn.change import FieldAddition
-from litstore.txn.race import catch_up, commit_time, put_commit_record
+from litstore.txn.race import catch_up, commit_time, copy_indexes, put_commit_record
 
 if TYPE_CHECKING:
     from litstore.read.version import VersionReader
@@ -68,11 +68,8 @@ def _write(
     checkpoint = layout.manifest_checkpoint(number, transaction)
     storage.write(checkpoint, manifest_format.to_parquet(full, key_hash=head.config.stores_key_hash))
     written.append(checkpoint)
-    indexes: dict[str, str] = {}
-    for split, path in parent.indexes.items():
-        indexes[split] = layout.split_index(number, transaction, split)
-        storage.write(indexes[split], storage.read(path))
-        written.append(indexes[split])
+    indexes = copy_indexes(storage, parent, number, transaction)
+    written.extend(indexes.values())
     version = Version(
         number=number,
         parent=parent.number,

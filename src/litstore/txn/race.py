@@ -21,6 +21,7 @@ from litstore.errors import ConflictError, StorageError, UncertainCommitError, V
 from litstore.format import layout
 from litstore.format.models import ExpiredVersion, Version
 from litstore.read import log
+from litstore.storage import Storage
 
 if TYPE_CHECKING:
     from litstore.read.version import VersionReader
@@ -37,6 +38,19 @@ def commit_time(parent: Version) -> datetime:
     (a writer whose clock is slow stamps its parent's time instead).
     """
     return max(datetime.now(UTC), parent.created_at)
+
+
+def copy_indexes(storage: Storage, parent: Version, number: int, transaction: str) -> dict[str, str]:
+    """Copy ``parent``'s split indexes to the paths of version ``number`` (attempt ``transaction``); the new paths.
+
+    For commits that change no record's place (field additions, upgrades): the new
+    version lists the parent's chunks, under index paths of its own, as every version does.
+    """
+    indexes: dict[str, str] = {}
+    for split, path in parent.indexes.items():
+        indexes[split] = layout.split_index(number, transaction, split)
+        storage.write(indexes[split], storage.read(path))
+    return indexes
 
 
 def put_commit_record(head: VersionReader, version: Version) -> bool:

@@ -50,11 +50,11 @@ from litstore.errors import ConflictError, StorageError
 from litstore.format import layout
 from litstore.format import manifest as manifest_format
 from litstore.format.models import StoreConfig, Version, declared_fields
-from litstore.read import log
+from litstore.read import chunkhashes, log
 from litstore.storage import Storage
 from litstore.txn import keyruns
 from litstore.txn.change import Upgrade
-from litstore.txn.race import catch_up, commit_time, pause, put_commit_record
+from litstore.txn.race import catch_up, commit_time, copy_indexes, pause, put_commit_record
 from litstore.txn.stage import write_chunk_hashes
 
 if TYPE_CHECKING:
@@ -151,14 +151,7 @@ def write_sidecars(storage: Storage, chunks: Sequence[ChunkInfo], manifest: pa.T
     through the manifest, which names the damage. A sidecar written here but not
     committed (the upgrade lost its race) is still right: chunks never change.
     """
-    present: dict[str, set[str]] = {}
-    missing = []
-    for chunk in chunks:
-        fragment, _, name = layout.chunk_hashes(chunk.filename).rpartition("/")
-        if fragment not in present:
-            present[fragment] = set(storage.names(fragment))
-        if name not in present[fragment]:
-            missing.append(chunk)
+    missing = chunkhashes.missing(storage, chunks)
     if not missing:
         return []
     chunk_column = manifest.column("chunk").cast(pa.string())
@@ -211,11 +204,8 @@ def _write(
         storage.write(checkpoint, manifest_format.to_parquet(manifest, key_hash=config.stores_key_hash))
         written.append(checkpoint)
         pending_rows = 0
-    indexes: dict[str, str] = {}
-    for split, path in parent.indexes.items():
-        indexes[split] = layout.split_index(number, transaction, split)
-        storage.write(indexes[split], storage.read(path))
-        written.append(indexes[split])
+    indexes = copy_indexes(storage, parent, number, transaction)
+    written.extend(indexes.values())
     write_sidecars(storage, [chunk for chunks in head.chunks().values() for chunk in chunks], manifest)
     key_runs, run_files = keyruns.write_runs(storage, number, transaction, keyruns.full_run(manifest, progress), ())
     written.extend(run_files)
