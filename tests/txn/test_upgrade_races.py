@@ -115,19 +115,19 @@ def _race(root: Path, head_start: int) -> None:
 @pytest.mark.integration  # three rounds of eight appends racing an upgrade: a few seconds
 def test_an_append_and_an_upgrade_in_two_threads(tmp_path: Path) -> None:
     """The upgrade starts after 0, 2 and 4 of the eight appends: some land before its commit, some after it
-    (from a writer that still holds the format-2 config), some perhaps between its commit and its switch."""
-    orders = set()
+    (from a writer that still holds the format-2 config), some perhaps between its commit and its switch.
+
+    Where it lands depends on the machine's timing, so this asserts only that every order ends in a
+    correct store; the tests above build each order on purpose."""
     for head_start in (0, 2, 4):
         root = tmp_path / f"s{head_start}"
         _store(root)
         _race(root, head_start)
         fresh = litstore.open(root)
-        operations = [version.operation for version in fresh.versions()]
-        orders.add(operations.index("upgrade"))
+        assert [version.operation for version in fresh.versions()].count("upgrade") == 1
         expected = [f"a{i:03d}" for i in range(200) if i != 7] + [f"t{b}-{i}" for b in range(8) for i in range(5)]
         assert fresh.config.format_version == 3 and sorted(fresh.keys()) == sorted(expected)
         assert fresh.get_many(expected) == [_record(key) for key in expected]
         fresh.append([_record("last")])
         runs_agree_with_manifest(litstore.open(root).head().reader, gone=["a007"])
         assert fresh.verify().ok
-    assert len(orders) > 1, f"the upgrade landed at the same place every time: {orders}"
