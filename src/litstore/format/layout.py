@@ -156,6 +156,22 @@ def key_run_number(path: str) -> int:
     return int(match.group(1))
 
 
+def deletions(number: int, transaction: str) -> str:
+    """The deletion vectors version ``number`` wrote (:mod:`litstore.format.deletions`)."""
+    return f"{MANIFESTS}/{version_name(number)}-{transaction}.deletions"
+
+
+_DELETIONS = re.compile(r"manifests/(\d{8,})-[0-9a-f]{20}\.deletions")
+
+
+def deletions_number(path: str) -> int:
+    """The version that wrote deletions file ``path``, else ``ValueError``."""
+    match = _DELETIONS.fullmatch(path) if isinstance(path, str) else None
+    if match is None:
+        raise ValueError(f"{path!r} is not a deletions file path of this store's layout")
+    return int(match.group(1))
+
+
 def fragment(transaction: str) -> str:
     return f"{FRAGMENTS}/{transaction}"
 

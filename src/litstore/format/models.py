@@ -40,10 +40,12 @@ FORMAT_VERSION = 1
 #: 1: manifest files hold ``key_hash``. 2: they do not (it is derived from the key on read,
 #: which saves 8-10 bytes a record on disk and cannot disagree with the key). 3: every
 #: commit also writes a key run (:mod:`litstore.format.keyrun`), so a lookup reads a few
-#: pages of the key index on disk instead of composing the manifest.
-STORE_FORMAT_VERSION = 3
+#: pages of the key index on disk instead of composing the manifest. 4: an upsert or delete
+#: marks the rows it supersedes dead in deletion vectors (:mod:`litstore.format.deletions`)
+#: instead of copying the live rows of every chunk it touches.
+STORE_FORMAT_VERSION = 4
 #: The format ``Store.create`` gives a store unless asked for another.
-DEFAULT_STORE_FORMAT = 3
+DEFAULT_STORE_FORMAT = 4
 #: The format of a stored config that does not say (none litstore wrote: every config it
 #: writes names its format).
 _UNSTATED_STORE_FORMAT = 2
@@ -228,6 +230,11 @@ class StoreConfig(_Frozen):
         """Whether each commit writes a key run (format 3): the key index on disk."""
         return self.format_version >= 3
 
+    @property
+    def writes_deletion_vectors(self) -> bool:
+        """Whether upserts and deletes mark superseded rows dead instead of copying chunks (format 4)."""
+        return self.format_version >= 4
+
 
 #: Units a size may be given in: litdata's decimal ones ("64MB", as its ``chunk_bytes``), and binary ones.
 _SIZE_UNITS = {
@@ -289,6 +296,28 @@ class KeyRunRef(_Frozen):
         return self
 
 
+class DeletionRef(_Frozen):
+    """The dead rows of one chunk of a version, as its commit record lists them (format 4).
+
+    ``path`` is the deletions file holding the block (this version's or an earlier
+    one's), ``offset``/``length`` the block in it, ``dead`` how many rows it marks and
+    ``checksum`` its xxh3-64 with the chunk's path (:mod:`litstore.format.deletions`).
+    """
+
+    chunk: str
+    path: str
+    offset: int = Field(ge=0)
+    length: int = Field(gt=0)
+    dead: int = Field(gt=0)
+    checksum: str = Field(pattern=r"^[0-9a-f]{16}$")
+
+    @model_validator(mode="after")
+    def _a_block(self) -> DeletionRef:
+        layout.check_chunk(self.chunk)
+        layout.deletions_number(self.path)
+        return self
+
+
 Operation = Literal["create", "append", "upsert", "delete", "compact", "add_fields", "upgrade"]
 
 
@@ -306,7 +335,8 @@ class Version(_Frozen):
         transaction: id of the write attempt that made this version; it names the
             files below (``None`` for version 0).
         fragments: fragment ids whose chunks this commit wrote.
-        dropped_chunks: the parent's chunks this version no longer lists (copy-on-write).
+        dropped_chunks: the parent's chunks this version no longer lists (copy-on-write,
+            compaction, or every row dead).
         manifest: the manifest delta this commit wrote, relative to the store root.
         checkpoint: a full manifest written with this commit, if any.
         pending_rows: delta rows composed on top of the newest checkpoint to get
@@ -315,6 +345,9 @@ class Version(_Frozen):
         message, metadata: what the writer said about this version.
         fields: the declared fields (name -> type) this version's manifest carries as
             columns; ``None``: those of the store config (see :func:`declared_fields`).
+        key_runs: the runs of the version's key index on disk, newest first (format 3).
+        deletions: the deletion vector of every chunk of the version that has dead rows
+            (format 4; :mod:`litstore.format.deletions`).
 
     Every path a commit record names is the one :mod:`litstore.format.layout` derives
     from its number and transaction; a record naming any other file is refused when
@@ -343,13 +376,16 @@ class Version(_Frozen):
     fields: dict[str, str] | None = None
     #: The runs of the version's key index on disk, newest first (format 3; empty before).
     key_runs: tuple[KeyRunRef, ...] = ()
+    #: The dead rows of each of the version's chunks that has any, by chunk (format 4).
+    deletions: tuple[DeletionRef, ...] = ()
 
     @model_serializer(mode="wrap")
     def _without_empty_key_runs(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        # A record of a format-2 store leaves the field out, so litstore releases before key runs read it.
+        # A record without runs or deletions leaves the field out, so litstore releases before them read it.
         data: dict[str, Any] = handler(self)
-        if not data.get("key_runs"):
-            data.pop("key_runs", None)
+        for name in ("key_runs", "deletions"):
+            if not data.get(name):
+                data.pop(name, None)
         return data
 
     @field_validator("message", mode="before")
@@ -390,6 +426,14 @@ class Version(_Frozen):
         for run in self.key_runs:
             if layout.key_run_number(run.path) > self.number:
                 raise ValueError(f"key run {run.path!r} is of a later version than {self.number}")
+        chunks = [ref.chunk for ref in self.deletions]
+        if len(set(chunks)) != len(chunks):
+            raise ValueError("a version lists the deletion vector of a chunk once")
+        for ref in self.deletions:
+            if layout.deletions_number(ref.path) > self.number:
+                raise ValueError(f"deletions file {ref.path!r} is of a later version than {self.number}")
+            if ref.chunk in self.dropped_chunks:
+                raise ValueError(f"chunk {ref.chunk} is both dropped and given a deletion vector")
         return self
 
     @property

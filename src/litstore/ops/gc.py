@@ -138,8 +138,8 @@ def choose_kept(
 
 
 def referenced_files(storage: Storage, version: Version, chunks: bool = True) -> set[str]:
-    """Every file ``version`` needs: its record, indexes, manifest files, key runs and (``chunks``, read from its
-    indexes) chunks and their hashes sidecars."""
+    """Every file ``version`` needs: its record, indexes, manifest files, key runs, deletion vectors and
+    (``chunks``, read from its indexes) chunks and their hashes sidecars."""
     files = {layout.version_record(version.number), *version.indexes.values()}
     if version.manifest:
         files.add(version.manifest)
@@ -148,6 +148,7 @@ def referenced_files(storage: Storage, version: Version, chunks: bool = True) ->
     if version.checkpoint:
         files.add(version.checkpoint)
     files.update(run.path for run in version.key_runs)
+    files.update(ref.path for ref in version.deletions)
     if chunks:
         for listed in log.read_chunks(storage, version).values():
             files.update(chunk.filename for chunk in listed)

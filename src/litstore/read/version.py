@@ -35,6 +35,7 @@ from litstore.format.models import ExpiredVersion, StoreConfig, Version, declare
 from litstore.read import chunkhashes, keyruns, log
 from litstore.read.checked import RecordCheck
 from litstore.read.chunks import ChunkCache
+from litstore.read.deletions import Deletions
 from litstore.read.groups import by_chunk, chunk_order, chunk_runs
 from litstore.read.keyindex import KeyIndex
 from litstore.read.keyruns import RunReader
@@ -81,6 +82,7 @@ class VersionReader:
         self._cache = ChunkCache(storage)
         self._check = RecordCheck(version.number, self._keys_at)
         self._run_readers = runs if runs is not None else {}  # open key runs, shared with successors
+        self._deletions: Deletions | None = None
 
     def __repr__(self) -> str:
         return f"<VersionReader {self._storage.url} version {self._version.number}>"
@@ -114,6 +116,13 @@ class VersionReader:
     def check(self) -> RecordCheck:
         """Checks and decodes this version's records, naming damaged ones (keys from the manifest)."""
         return self._check
+
+    @property
+    def deletions(self) -> Deletions:
+        """The dead rows of this version's chunks (format 4), read as needed."""
+        if self._deletions is None:
+            self._deletions = Deletions(self._storage, self._version)
+        return self._deletions
 
     @property
     def built_index(self) -> KeyIndex | None:
@@ -417,18 +426,7 @@ class VersionReader:
         listed = keys.to_pylist()
         status, names, entries = self._locate(listed)
         live = np.flatnonzero(status == keyruns.LIVE)
-        chunks = self.chunks() if len(live) else {}
-        splits = {chunk.filename: split for split, listed_chunks in chunks.items() for chunk in listed_chunks}
-        found: list[str] = []
-        for position in live.tolist():
-            split = splits.get(names[position])
-            if split is None:
-                raise IntegrityError(
-                    f"the key index of version {self._version.number} puts key {listed[position]!r} in chunk "
-                    f"{names[position]}, which no split index of the version lists: the index is damaged; "
-                    "store.verify() checks the version"
-                )
-            found.append(split)
+        found = self._splits_of([names[i] for i in live.tolist()], listed, live)
         # Arrays made from buffers: pa.array imports pandas the first time (a third of a second a process).
         where = pa.Array.from_buffers(pa.int64(), len(live), [None, pa.py_buffer(live.astype(np.int64))])
         contents = pa.py_buffer(np.ascontiguousarray(entries["content"][live]).tobytes())
@@ -445,6 +443,58 @@ class VersionReader:
                 "split": splits_found,
             }
         )
+
+    def rows_for_keys(self, keys: pa.Array, hashes: np.ndarray | None = None) -> pa.Table:
+        """``position`` (into ``keys``, distinct), ``key``, ``content_hash``, ``split``, ``chunk`` and ``row`` of
+        those of ``keys`` this version holds, by position: what a write plans with.
+
+        Read from the key runs where the version has them (the keys' pages and the split
+        indexes: the cost follows the keys, not the store), else from the manifest.
+        ``hashes``: the keys' key hashes, if the caller has them.
+
+        Raises:
+            IntegrityError: a run is damaged, or an entry names a chunk no split index lists.
+        """
+        if not self._reads_runs():
+            found = query.rows_for_keys(self.manifest(), keys)
+            return found.select(["position", "key", "content_hash", "split", "chunk", "row"])
+        listed = keys.to_pylist()
+        status, names, entries = self._locate(listed, hashes)
+        live = np.flatnonzero(status == keyruns.LIVE)
+        found_names = [names[i] for i in live.tolist()]
+        contents = pa.py_buffer(np.ascontiguousarray(entries["content"][live]).tobytes())
+        return pa.table(
+            {
+                "position": pa.array(live.astype(np.int64), pa.int64()),
+                "key": keys.take(pa.array(live.astype(np.int64), pa.int64())).cast(
+                    manifest_format.schema(self._config.key_type).field("key").type
+                ),
+                "content_hash": pa.FixedSizeBinaryArray.from_buffers(pa.binary(16), len(live), [None, contents]),
+                "split": pa.array(self._splits_of(found_names, listed, live), pa.string()),
+                "chunk": pa.array(found_names, pa.string()),
+                "row": pa.array(entries["row"][live].astype(np.int64), pa.uint32()),
+            }
+        )
+
+    def _splits_of(self, names: list[str], keys: list[Any], live: np.ndarray) -> list[str]:
+        """The split of each chunk of ``names`` (where the runs put ``keys[live]``), from the split indexes.
+
+        Raises:
+            IntegrityError: a chunk is one no split index of the version lists (the index is damaged).
+        """
+        chunks = self.chunks() if names else {}
+        splits = {chunk.filename: split for split, listed_chunks in chunks.items() for chunk in listed_chunks}
+        found: list[str] = []
+        for name, position in zip(names, live.tolist(), strict=True):
+            split = splits.get(name)
+            if split is None:
+                raise IntegrityError(
+                    f"the key index of version {self._version.number} puts key {keys[position]!r} in chunk "
+                    f"{name}, which no split index of the version lists: the index is damaged; "
+                    "store.verify() checks the version"
+                )
+            found.append(split)
+        return found
 
     def _find_in_runs(self, key: Key) -> Record | None:
         records = self._get_many_in_runs([key], None)
@@ -585,14 +635,16 @@ class VersionReader:
                 yield from self._keyed(chunk, batch, self._cache.payloads(chunk, batch), expected)
 
     def _items_in_chunks(self, listed: Sequence[ChunkInfo]) -> Iterator[tuple[Key, Record]]:
-        """``(key, record)`` of every item of ``listed``, checked against the chunks' hashes sidecars."""
+        """``(key, record)`` of every live item of ``listed``, checked against the chunks' hashes sidecars."""
         sidecars = chunkhashes.ChunkHashes(self._storage, self._config, self._version)
         for chunk in listed:
             hashes = np.frombuffer(sidecars.of(chunk.filename, chunk.num_items), dtype=np.uint8).reshape(-1, 16)
-            for start in range(0, chunk.num_items, _DECODE_BATCH):
-                batch = np.arange(start, min(start + _DECODE_BATCH, chunk.num_items), dtype=np.int64)
+            live = self.deletions.live(chunk.filename, chunk.num_items)
+            rows = np.arange(chunk.num_items, dtype=np.int64) if live is None else live.astype(np.int64)
+            for start in range(0, len(rows), _DECODE_BATCH):
+                batch = rows[start : start + _DECODE_BATCH]
                 payloads = self._cache.payloads(chunk.filename, batch)
-                yield from self._keyed(chunk.filename, batch, payloads, hashes[start : start + len(batch)])
+                yield from self._keyed(chunk.filename, batch, payloads, hashes[batch])
 
     def _keyed(
         self, chunk: str, rows: np.ndarray, payloads: Sequence[bytes] | Sequence[memoryview], expected: np.ndarray

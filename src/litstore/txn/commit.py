@@ -41,10 +41,12 @@ from litstore.errors import (
     StorageError,
     UncertainCommitError,
 )
+from litstore.format import deletions as deletion_format
 from litstore.format import hashing, layout
 from litstore.format import manifest as manifest_format
 from litstore.format.manifest import ChangeKind
 from litstore.format.models import (
+    DeletionRef,
     KeyRunRef,
     Operation,
     Version,
@@ -135,7 +137,7 @@ def commit(
                 clash = race.clash(head, touched & current.touched_keys())
                 if clash is not None:
                     raise clash from None
-                if dropped & current.dropped_chunks or _fields(head) != planned_fields:
+                if dropped & current.touched_chunks or _fields(head) != planned_fields:
                     planned_fields = _fields(head)
                     if moves is not None:
                         discard(head.storage, moves)
@@ -265,6 +267,12 @@ def publish(
     storage.write(manifest_path, manifest_format.to_parquet(delta, key_hash=config.stores_key_hash))
     written.append(manifest_path)
 
+    deletion_refs, dead_file, emptied = _deletions(head, current, number, transaction)
+    if emptied:  # every row of these chunks is dead: the version no longer lists them
+        current = dataclasses.replace(current, dropped_chunks=current.dropped_chunks | emptied)
+    if dead_file is not None:
+        storage.write(layout.deletions(number, transaction), dead_file)
+        written.append(layout.deletions(number, transaction))
     chunks = _version_chunks(head.chunks(), current, moves)
     indexes: dict[str, str] = {}
     for split, split_chunks in chunks.items():
@@ -322,6 +330,7 @@ def publish(
         metadata=metadata or {},
         fields=parent.fields,
         key_runs=key_runs,
+        deletions=deletion_refs,
     )
     if not race.put_commit_record(head, version):
         for path in written:
@@ -331,6 +340,44 @@ def publish(
                 pass  # an unreferenced file: gc removes it; the lost race is what matters
         raise ConflictError(f"version {number} was committed by another writer first")
     return version, chunks, _composer(head, delta, full)
+
+
+def _deletions(
+    head: VersionReader, current: Plan, number: int, transaction: str
+) -> tuple[tuple[DeletionRef, ...], bytes | None, frozenset[str]]:
+    """The deletion vectors of version ``number`` built on ``head``: every chunk's reference, the file of the
+    blocks this commit writes (``None``: none), and the chunks whose every row is now dead.
+
+    The new dead rows are added to the dead rows ``head`` has (a rival's, after a lost
+    race), so no commit drops another's marks; chunks the commit does not touch keep
+    their reference. Any writer carries its parent's references, whatever its format.
+    """
+    kept = {ref.chunk: ref for ref in head.version.deletions if ref.chunk not in current.dropped_chunks}
+    if not current.deletions:
+        return tuple(kept[name] for name in sorted(kept)), None, frozenset()
+    sizes = {chunk.filename: chunk.num_items for listed in head.chunks().values() for chunk in listed}
+    emptied: set[str] = set()
+    blocks: list[tuple[str, np.ndarray]] = []
+    for name, rows in sorted(current.deletions.items()):
+        merged = np.union1d(head.deletions.dead(name, sizes[name]), rows)
+        kept.pop(name, None)
+        if len(merged) >= sizes[name]:
+            emptied.add(name)
+        else:
+            blocks.append((name, merged))
+    path = layout.deletions(number, transaction)
+    encoded = [deletion_format.encode(rows) for _, rows in blocks]
+    data, places = deletion_format.file_bytes(encoded)
+    for (name, rows), block, (offset, length) in zip(blocks, encoded, places, strict=True):
+        kept[name] = DeletionRef(
+            chunk=name,
+            path=path,
+            offset=offset,
+            length=length,
+            dead=len(rows),
+            checksum=deletion_format.checksum(name, block),
+        )
+    return tuple(kept[name] for name in sorted(kept)), data if blocks else None, frozenset(emptied)
 
 
 def _composer(head: VersionReader, delta: pa.Table, full: pa.Table | None) -> Callable[[], pa.Table] | None:
@@ -353,7 +400,7 @@ def _applied(parent_manifest: pa.Table, delta: pa.Table, key_type: str, fields: 
 def _next_index(head: VersionReader, current: Plan) -> KeyIndex | None:
     """The head's key index updated by one merge, if the head had built one."""
     index = head.built_index
-    if index is None:
+    if index is None or current.deletions:  # (an index in memory holds no dead rows: lookups read the runs)
         return None
     removed = np.empty(0, dtype=np.intp)
     if current.dropped_chunks:  # (looking at every entry's chunk merges the index's recent entries in)

@@ -1,11 +1,16 @@
-"""Planning a commit: what a new version adds, replaces, deletes, moves and drops.
+"""Planning a commit: what a new version adds, replaces, deletes, moves, marks dead and drops.
 
-Deletions and replacements are copy-on-write at chunk level: a chunk that loses any
-row leaves the new version, and its remaining live rows are *moved* (their stored
-bytes copied unchanged) into a new fragment. That holds for the parent's chunks and
-for staged chunks alike (an upsert whose record turns out unchanged leaves its staged
-chunk). A version's chunks therefore never contain holes, so streaming it reads
-every byte it downloads, and older versions keep reading their own chunks untouched.
+Format 4 (deletion vectors): a replaced or deleted record's row is marked dead in its
+chunk (:attr:`Plan.deletions`); the chunk stays, its other rows untouched, so the cost
+of a change follows the change. The keys are found in the key runs, not the manifest.
+
+Formats 1-3 (copy-on-write at chunk level): a chunk that loses any row leaves the new
+version, and its remaining live rows are *moved* (their stored bytes copied
+unchanged) into a new fragment, so a version's chunks never contain holes.
+
+In every format a staged chunk holding a record the plan skips (an upsert whose record
+turns out unchanged) is copied without it, and a compaction moves the live rows of the
+chunks it rewrites. Older versions keep reading their own chunks untouched.
 """
 
 from __future__ import annotations
@@ -67,6 +72,8 @@ class Plan:
         chunk_bytes: target size of the chunks moved rows are written to (default:
             the store's ``chunk_bytes``).
         entering_fingerprint: the fingerprint sum of the added and replaced rows.
+        deletions: rows of the parent's chunks the version marks dead (format 4), by chunk:
+            sorted ``uint32`` row numbers, added to the chunk's dead rows where it publishes.
         unchanged: keys this version leaves as the parent had them while the caller
             asked for that state (staged records the plan skips, those the caller left
             out for that reason, keys to delete that the parent lacks): the version
@@ -82,6 +89,12 @@ class Plan:
     chunk_bytes: int | None = None
     entering_fingerprint: int = 0
     unchanged: frozenset[Any] = frozenset()
+    deletions: dict[str, np.ndarray] = field(default_factory=dict)
+
+    @property
+    def touched_chunks(self) -> frozenset[str]:
+        """The parent's chunks this version drops or marks rows of: a rival that dropped one means planning again."""
+        return self.dropped_chunks | frozenset(self.deletions)
 
     @property
     def empty(self) -> bool:
@@ -142,7 +155,7 @@ def plan(
                 f"{describe(existing)}"
             )
     elif staged.num_rows:
-        found = query.rows_for_keys(parent.manifest(), staged_keys)
+        found = parent.rows_for_keys(staged_keys.combine_chunks(), staged.column("key_hash").to_numpy())
         positions = found.column("position").to_numpy()
         same = np.asarray(
             pc.equal(found.column("content_hash"), staged.column("content_hash").take(positions)), dtype=bool
@@ -168,7 +181,7 @@ def plan(
     if deletes:
         unique = list(dict.fromkeys(deletes))
         valid = [key for key in unique if hashing.is_key(key, key_type)]
-        found = query.rows_for_keys(parent.manifest(), pa.array(valid, staged.schema.field("key").type))
+        found = parent.rows_for_keys(pa.array(valid, staged.schema.field("key").type))
         present = set(found.column("key").to_pylist())
         missing = [key for key in unique if not hashing.is_key(key, key_type) or key not in present]
         if missing and not missing_ok:
@@ -184,7 +197,12 @@ def plan(
         leaving.append(found)
         # Deleting a key the parent lacks (missing_ok) says it must be absent: a rival adding it is a conflict.
         unchanged = unchanged | frozenset(key for key in missing if hashing.is_key(key, key_type))
-    dropped = frozenset(name for table in leaving for name in table.column("chunk").to_pylist()) | rewrite
+    deletions: dict[str, np.ndarray] = {}
+    if parent.config.writes_deletion_vectors:
+        deletions = _dead_rows(leaving, rewrite)
+        dropped = rewrite
+    else:
+        dropped = frozenset(name for table in leaving for name in table.column("chunk").to_pylist()) | rewrite
     staged_dropped = set(staged.filter(pa.array(skipped)).column("chunk").to_pylist())
     entering = staged.filter(pa.array(~skipped)) if skipped.any() else staged  # filtering copies every column
     kept = replacing[~skipped] if skipped.any() else replacing
@@ -220,7 +238,29 @@ def plan(
         chunk_bytes,
         entering_fingerprint,
         unchanged | skipped_keys,
+        deletions,
     )
+
+
+def _dead_rows(leaving: list[pa.Table], rewrite: frozenset[str]) -> dict[str, np.ndarray]:
+    """The rows (``chunk``, ``row``) of ``leaving`` by chunk, sorted, less the chunks rewritten whole."""
+    if not leaving:
+        return {}
+    plain = pa.schema([("chunk", pa.string()), ("row", pa.uint32())])
+    rows = pa.concat_tables([table.select(["chunk", "row"]).cast(plain) for table in leaving])
+    if not rows.num_rows:
+        return {}
+    names, codes = manifest_format.chunk_codes(rows.column("chunk"))
+    numbers = rows.column("row").to_numpy().astype(np.uint32)
+    order = np.lexsort((numbers, codes))
+    codes, numbers = codes[order], numbers[order]
+    bounds = np.flatnonzero(np.diff(codes)) + 1
+    dead: dict[str, np.ndarray] = {}
+    for start, end in zip(np.concatenate([[0], bounds]).tolist(), np.concatenate([bounds, [len(codes)]]).tolist()):
+        name = names[int(codes[start])]
+        if name not in rewrite:
+            dead[name] = numbers[start:end]
+    return dead
 
 
 def refuse_existing(parent: VersionReader, batch: Batch, offset: int = 0) -> None:
@@ -248,8 +288,8 @@ def without_unchanged(parent: VersionReader, batch: Batch) -> tuple[Batch, list[
     """
     if not len(batch):
         return batch, []
-    key_type = parent.manifest().schema.field("key").type
-    found = query.rows_for_keys(parent.manifest(), pa.array(batch.keys, key_type))
+    key_type = pa.string() if parent.config.key_type == "str" else pa.int64()
+    found = parent.rows_for_keys(pa.array(batch.keys, key_type), batch.key_hashes)
     positions = found.column("position").to_numpy()
     keep = np.ones(len(batch), dtype=bool)
     moving: list[tuple[int, Any, str, str]] = []
