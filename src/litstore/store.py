@@ -576,24 +576,27 @@ class Store:
         metadata: dict[str, Any] | None = None,
         progress: bool = False,
     ) -> Version:
-        """Make a format-1 or format-2 store a format-3 one: its key index on disk, as a new version.
+        """Move the store to format 4: its key index on disk, and deletion vectors for upserts and deletes.
 
-        Commits a version with the newest version's records, chunks and fingerprint (a
-        ``diff`` of the two is empty) whose commit record lists one key run of every
-        record, then switches ``litstore.json`` to format 3; from then on every commit
-        writes a key run, and a lookup, ``get_many``, ``in`` or an append's key check
-        in a fresh process reads a few pages of the index instead of composing the
-        manifest. Versions from before keep reading as they did (through their
-        manifests). Races with other writers like any commit: they rebase onto it.
-        Safe to stop at any point and run again (see :mod:`litstore.txn.upgrade`).
+        On a format-1 or 2 store, first commits a version with the newest version's
+        records, chunks and fingerprint (a ``diff`` of the two is empty) whose commit
+        record lists one key run of every record; then switches ``litstore.json`` to
+        format 4. From then on every commit writes a key run, so a lookup, ``get_many``,
+        ``in`` or an append's key check in a fresh process reads a few pages of the index
+        instead of composing the manifest, and an upsert or delete marks the rows it
+        supersedes dead instead of copying the live rows of every chunk it touches. A
+        format-3 store has its index already and is only switched. Versions from before
+        keep reading as they did (through their manifests). Races with other writers
+        like any commit: they rebase onto it. Safe to stop at any point and run again
+        (see :mod:`litstore.txn.upgrade`).
 
-        On a format-3 store whose newest version's runs all open, nothing is committed
+        On a format-4 store whose newest version's runs all open, nothing is committed
         and the head is returned as it is, unless ``rebuild`` (write the index again
         from the manifest, as when a lookup reported a damaged key run); a version is
         also committed if the runs are missing or cut short. Builds the index in the
         memory of the newest version's manifest plus 48 bytes a record; ``progress``
         shows a bar while it hashes the keys. Once upgraded, litstore releases before
-        format 3 refuse the store.
+        format 4 refuse the store.
 
         Raises:
             ConflictError: other writers kept committing first; nothing was committed.

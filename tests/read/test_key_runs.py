@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 import litstore
 from litstore.format import hashing, keyrun, layout
+from litstore.format.models import STORE_FORMAT_VERSION
 from litstore.read.version import VersionReader
 from litstore.storage import Storage
 
@@ -297,7 +298,7 @@ def test_format_3_at_create_and_a_newer_one_refused(tmp_path: Path) -> None:
     store.append([_record("k", 0)])
     assert len(store.version.key_runs) == 1
     with pytest.raises(litstore.InvalidArgumentError, match="newer than this litstore reads"):
-        litstore.Store.create(tmp_path / "b", key="id", format_version=4)
+        litstore.Store.create(tmp_path / "b", key="id", format_version=STORE_FORMAT_VERSION + 1)
 
 
 def test_a_record_claiming_a_run_shorter_than_a_footer_is_refused(damaged_store: litstore.Store) -> None:

@@ -34,7 +34,8 @@ def test_a_superseded_checkpoint_is_skipped_and_the_manifest_is_unchanged(
     tmp_path: Path, small_row_groups: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     root = tmp_path / "s"
-    store = litstore.Store.create(root, key="id", chunk_bytes=1 << 20, checkpoint_interval=2)
+    # Format 3: copy-on-write, so version 3 supersedes every row of the checkpoint.
+    store = litstore.Store.create(root, key="id", chunk_bytes=1 << 20, checkpoint_interval=2, format_version=3)
     store.append([{"id": f"k{i:03d}", "v": i} for i in range(200)])
     store.upsert([{"id": "k001", "v": -1}])  # version 2: a checkpoint (interval 2), one chunk rewritten
     # Version 3 touches both chunks (k001's own and the moved rest): every row is rewritten or moved.

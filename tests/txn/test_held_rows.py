@@ -9,6 +9,8 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+import pytest
+
 import litstore
 from litstore.format import manifest as manifest_format
 
@@ -36,15 +38,21 @@ def test_staged_rows_hold_each_chunk_name_once_and_the_delta_file_holds_plain_st
     assert store["k0007"] == records[7]
 
 
+@pytest.mark.parametrize("format_version", [3, 4])
 def test_a_replacement_moves_the_survivors_of_its_chunk_and_every_record_reads_back(
-    make_store: Callable[..., litstore.Store],
+    make_store: Callable[..., litstore.Store], format_version: int
 ) -> None:
-    store = make_store(key="id", chunk_bytes=4096)
+    """Format 3 moves the survivors of the replaced record's chunk; format 4 marks its row dead instead."""
+    store = make_store(key="id", chunk_bytes=4096, format_version=format_version)
     records = [record(number) for number in range(120)]
     store.append(records)
     changed = {**records[5], "value": -1}
     version = store.upsert([changed])
-    assert version.replaced == 1 and version.dropped_chunks
+    if format_version == 3:
+        assert version.replaced == 1 and version.dropped_chunks and not version.deletions
+    else:
+        assert version.replaced == 1 and not version.dropped_chunks
+        assert [ref.dead for ref in version.deletions] == [1]
     reopened = litstore.Store.open(store.root)
     assert reopened["k0005"] == changed
     assert all(reopened[f"k{n:04d}"] == records[n] for n in range(120) if n != 5)

@@ -612,15 +612,17 @@ def upgrade(
     storage_option: StorageOpts = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Give a format-2 store its key index on disk (format 3), as a new version with the same records.
+    """Move a store to format 4: its key index on disk, and deletion vectors for upserts and deletes.
 
-    Commits a version with the newest version's records, chunks and fingerprint whose
-    commit record lists one key run of every record, then switches litstore.json to
-    format 3: from then on every commit writes a key run, and a lookup reads a few pages
-    of the index instead of the manifest. Older versions read as they did. Other writers
-    may keep writing meanwhile; it is safe to interrupt and run again. On a format-3
-    store it does nothing unless the newest version's key runs are missing or cut short,
-    or --rebuild is given. litstore releases before format 3 refuse the store afterwards.
+    A format-1 or 2 store first gets a version with the newest version's records,
+    chunks and fingerprint whose commit record lists one key run of every record; then
+    litstore.json is switched to format 4: from then on every commit writes a key run
+    (a lookup reads a few pages of the index instead of the manifest), and an upsert or
+    delete marks the rows it supersedes dead instead of copying chunks. A format-3 store
+    is only switched. Older versions read as they did. Other writers may keep writing
+    meanwhile; it is safe to interrupt and run again. On a format-4 store it does
+    nothing unless the newest version's key runs are missing or cut short, or --rebuild
+    is given. litstore releases before format 4 refuse the store afterwards.
     """
     store = _open(root, endpoint_url, storage_option)
     format_before, before = store.config.format_version, store.version.number
@@ -646,7 +648,7 @@ def upgrade(
     elif not committed:
         _say(
             f"upgraded to format {store.config.format_version}: version {after.number} had its key index already "
-            "(an earlier upgrade stopped before switching the format)"
+            f"(format {format_before} {'has it' if format_before >= 3 else 'was left by an upgrade that stopped'})"
         )
     else:
         done = "rebuilt the key index" if format_before >= 3 else f"upgraded to format {store.config.format_version}"

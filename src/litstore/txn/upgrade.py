@@ -1,4 +1,4 @@
-"""Upgrading a store to format 3: its newest version's key index written on disk, then its config switched.
+"""Upgrading a store to format 4: its newest version's key index written on disk, then its config switched.
 
 :func:`upgrade` (what ``Store.upgrade`` and ``litstore upgrade`` do) takes two steps,
 in this order:
@@ -12,8 +12,12 @@ in this order:
    catches up, finds that it touched no key, and commits on top of it; if the upgrade
    loses, it writes the run again for the newest head, or stops if that head has its
    index already (another upgrade won).
-2. **Switch** ``litstore.json``'s ``format_version`` to 3 (:func:`switch_format`): one
-   atomic write of the config, nothing else in it changed.
+2. **Switch** ``litstore.json``'s ``format_version`` to 4 (:func:`switch_format`): one
+   atomic write of the config, nothing else in it changed. A format-3 store has its
+   index already: its upgrade is this switch alone, after which upserts and deletes
+   write deletion vectors. (Any writer carries its parent's deletion vectors, so a
+   writer still holding the format-3 config copies chunks on write, as format 3 does,
+   without losing a row another writer marked dead.)
 
 Committing first means a format-3 reader finds the index the moment the config says
 format 3, and that a failed commit leaves the store exactly as it was. A crash
@@ -60,8 +64,8 @@ from litstore.txn.stage import write_chunk_hashes
 if TYPE_CHECKING:
     from litstore.read.version import VersionReader
 
-#: The store format an upgrade switches to: every commit writes a key run.
-FORMAT = 3
+#: The store format an upgrade switches to: every commit writes a key run, upserts and deletes deletion vectors.
+FORMAT = 4
 _MAX_ATTEMPTS = 50
 
 
@@ -72,10 +76,10 @@ def upgrade(
     metadata: dict[str, Any] | None = None,
     progress: bool = False,
 ) -> VersionReader:
-    """Make the store of ``head`` a format-3 store whose newest version has its key index on disk.
+    """Make the store of ``head`` a format-4 store whose newest version has its key index on disk.
 
     ``head`` should be the newest version (a newer one is caught up with). Nothing is
-    committed if the store is format 3 already and its head's runs open, unless
+    committed if the store is format 3 or 4 already and its head's runs open, unless
     ``rebuild``; a store left between the steps by a crash is only switched. Returns
     the new head, read under the store's config as it is now.
 
