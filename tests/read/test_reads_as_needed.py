@@ -215,6 +215,36 @@ def test_a_diff_of_near_versions_reads_the_deltas_between_them(
     assert _found(diff) == _found(Diff.between(old, new, indexed.at(old).manifest(), indexed.at(new).manifest()))
 
 
+@pytest.mark.parametrize(
+    "write",
+    [
+        pytest.param(lambda store: store.upsert([_record("p0-000", 2), _record("p4-100", 1)]), id="upsert"),
+        pytest.param(lambda store: store.delete(["p0-001", "p3-050"]), id="delete"),
+        pytest.param(lambda store: store.upsert([_record("p0-002", 0)]), id="upsert-unchanged"),
+    ],
+)
+def test_format_4_upserts_and_deletes_read_key_runs_not_the_manifest(
+    make_any_store: Callable[..., litstore.Store], reads: Reads, write: Callable[[litstore.Store], Any]
+) -> None:
+    """They find their keys in the key runs and mark rows dead: no manifest is read, no chunk copied."""
+    marking = make_any_store(key="id", splits=litstore.HashSplit(train=0.5, val=0.5), chunk_bytes=4096)
+    copying = make_any_store(
+        key="id", splits=litstore.HashSplit(train=0.5, val=0.5), chunk_bytes=4096, format_version=3
+    )
+    for store in (marking, copying):
+        for part in range(5):
+            store.append([_record(f"p{part}-{i:03d}", 0) for i in range(120)])
+    handle = _fresh(marking, reads)
+    before = handle.version
+    version = write(handle)
+    assert not reads.kinds() & {"delta", "checkpoint"} and not reads.built, reads.files
+    assert not reads.paths("chunk"), "no chunk is read: nothing is copied"
+    assert version.fingerprint == write(_fresh(copying, reads)).fingerprint
+    if version.number != before.number:
+        assert not version.dropped_chunks and len(version.fragments) <= 1
+    assert dict(reopen(marking).items()) == dict(reopen(copying).items())
+
+
 def test_the_history_reads_commit_records_and_tags(stores: tuple[litstore.Store, litstore.Store], reads: Reads) -> None:
     indexed, composed = stores
     handle = _fresh(indexed, reads)

@@ -244,8 +244,8 @@ def publish(
 
     The new version gets a full manifest checkpoint every ``checkpoint_interval``
     versions, and whenever composing it would read more delta rows than it has live
-    records (after large upserts and deletes), so composing any version reads at most
-    about twice its live rows.
+    records (format 4: twice as many), so composing any version reads at most about
+    two (three) times its live rows.
 
     In a format-3 store it also writes its key run (:mod:`.keyruns`): what it changed,
     merged with its parent's runs as they pile up; a compaction, or a commit whose
@@ -287,7 +287,10 @@ def publish(
     pending_rows = parent.pending_rows + delta.num_rows
     checkpoint_path = None
     full: pa.Table | None = None
-    if number % config.checkpoint_interval == 0 or pending_rows > sum(counts.values()):
+    # Format 4 writes few delta rows per change (no moved rows): it lets the chain grow to
+    # twice the live rows, so a store written by appends gets no checkpoint from its first delete.
+    allowed = sum(counts.values()) * (2 if config.writes_deletion_vectors else 1)
+    if number % config.checkpoint_interval == 0 or pending_rows > allowed:
         full = _applied(head.manifest(), delta, config.key_type, declared_fields(config, parent))
         checkpoint_path = layout.manifest_checkpoint(number, transaction)
         storage.write(checkpoint_path, manifest_format.to_parquet(full, key_hash=config.stores_key_hash))

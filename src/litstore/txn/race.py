@@ -119,7 +119,8 @@ def _owner(head: VersionReader, number: int) -> str | None:
 
 
 def catch_up(head: VersionReader) -> tuple[VersionReader, set[Any], set[str]]:
-    """The newest head, and the keys and chunks the commits since ``head`` changed and dropped.
+    """The newest head, the keys the commits since ``head`` changed, and the chunks they dropped or marked
+    rows of dead (a copy-on-write plan that moves a chunk's rows must plan again if a rival marked one).
 
     Raises:
         ConflictError: one of those commits was expired by gc before it could be checked.
@@ -140,6 +141,9 @@ def catch_up(head: VersionReader) -> tuple[VersionReader, set[Any], set[str]]:
             delta = log.read_manifest_file(head.storage, head.config, record.manifest, delta=True)
             touched.update(query.touched_keys(delta))
         dropped.update(record.dropped_chunks)
+        if record.transaction is not None:
+            own = layout.deletions(record.number, record.transaction)
+            dropped.update(ref.chunk for ref in record.deletions if ref.path == own)
         latest = record
     return head.successor(latest, None, None), touched, dropped
 
