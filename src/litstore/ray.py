@@ -32,7 +32,8 @@ Other engines drive the same two calls; only the transport of the fragments diff
   ``refresh()``. A rank that fails before the gather leaves its fragment to ``gc``.
 
 Reading from those engines needs no integration at all: ``store.at(v).chunks()`` lists
-the pinned version's chunks, and each worker reads its share, or streams with
+the pinned version's chunks and ``store.at(v).live_rows(chunk)`` the rows of each that
+hold its records (format 4 leaves dead rows in place), and each worker reads its share, or streams with
 ``store.dataset(v)`` (litdata's ``StreamingDataset`` shards across ranks itself).
 """
 

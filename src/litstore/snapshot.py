@@ -195,8 +195,28 @@ class Snapshot:
         return self._reader.manifest()
 
     def chunks(self) -> dict[str, list[ChunkInfo]]:
-        """The chunks of each split of this version, as its litdata index files list them."""
+        """The chunks of each split of this version, as its litdata index files list them.
+
+        ``num_items`` counts every row a chunk holds; in a format-4 store some may be
+        dead (superseded by an upsert or delete): :meth:`live_rows` says which are not.
+        """
         return self._reader.chunks()
+
+    def live_rows(self, chunk: str) -> np.ndarray:
+        """The rows of ``chunk`` (a ``filename`` of :meth:`chunks`) that hold this version's records, in order.
+
+        Raises:
+            KeyNotFoundError: the version lists no such chunk.
+            IntegrityError: the chunk's deletion vector is damaged.
+        """
+        listed = {info.filename: info for infos in self._reader.chunks().values() for info in infos}
+        info = listed.get(chunk)
+        if info is None:
+            raise KeyNotFoundError(
+                f"version {self.version.number} lists no chunk {chunk!r}; chunks() lists those it does"
+            )
+        live = self._reader.deletions.live(chunk, info.num_items)
+        return np.arange(info.num_items, dtype=np.uint32) if live is None else live
 
     @property
     def lookup_index_bytes(self) -> int:

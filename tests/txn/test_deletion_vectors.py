@@ -13,9 +13,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import pytest
+
 import litstore
 from litstore import txn
-from litstore.format import layout
+from litstore.format import codec, layout
 
 Record = dict[str, Any]
 
@@ -96,3 +99,21 @@ def test_a_writer_holding_a_format_3_config_keeps_the_parents_marks(tmp_path: Pa
     live = _live(marking)
     assert not {"a001", "a002", "a100"} & set(live) and len(live) == 197
     assert litstore.open(root).verify().ok
+
+
+def test_live_rows_say_which_rows_of_a_listed_chunk_hold_records(tmp_path: Path) -> None:
+    """What an engine reading chunks itself needs: the rows to read, and no other."""
+    store = _store(tmp_path / "s")
+    store.delete(["a000", "a001"])
+    snapshot = store.head()
+    read = {}
+    for chunks in snapshot.chunks().values():
+        for chunk in chunks:
+            rows = snapshot.live_rows(chunk.filename)
+            assert len(rows) == chunk.num_items - snapshot.reader.deletions.dead_count(chunk.filename)
+            for payload in snapshot.reader.chunk_cache.payloads(chunk.filename, rows.astype(np.int64)):
+                record = codec.decode(bytes(payload))
+                read[record["id"]] = record
+    assert read == _live(store)
+    with pytest.raises(litstore.KeyNotFoundError, match="lists no chunk"):
+        snapshot.live_rows("fragments/0123456789abcdef0123/chunk-0123456789abcdef0123-0.bin")
