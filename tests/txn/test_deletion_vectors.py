@@ -117,3 +117,16 @@ def test_live_rows_say_which_rows_of_a_listed_chunk_hold_records(tmp_path: Path)
     assert read == _live(store)
     with pytest.raises(litstore.KeyNotFoundError, match="lists no chunk"):
         snapshot.live_rows("fragments/0123456789abcdef0123/chunk-0123456789abcdef0123-0.bin")
+
+
+def test_add_fields_and_a_rebuilt_index_keep_the_dead_rows_dead(tmp_path: Path) -> None:
+    store = _store(tmp_path / "s")
+    store.delete(["a001", "a002"])
+    store.upsert([_record("a003", 1)])
+    expected = _live(store)
+    marked = store.version.deletions
+    store.add_fields({"rev": int})
+    assert store.version.deletions == marked and _live(store) == expected
+    store.upgrade(rebuild=True)
+    assert store.version.operation == "upgrade" and store.version.deletions == marked
+    assert _live(store) == expected and len(litstore.open(store.root)) == 198

@@ -229,5 +229,6 @@ def _write(
         metadata=metadata or {},
         fields=parent.fields,
         key_runs=key_runs,
+        deletions=parent.deletions,  # the same rows dead
     )
     return version, written
