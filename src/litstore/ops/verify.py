@@ -15,7 +15,11 @@ compares that with the manifest and the commit record:
   data, against the commit record;
 - for a format-3 version, its key runs and its chunks' hashes sidecars, which
   lookups and streaming read instead of the manifest, against the manifest
-  (:mod:`litstore.ops.verify_index`).
+  (:mod:`litstore.ops.verify_index`);
+- for a format-4 version, its deletion vectors (:mod:`litstore.ops.verify_deletions`):
+  each listed chunk's decodes, and a dead row is exactly a row the manifest does not
+  list. Dead rows are not data: they are not "stored but not listed", not
+  duplicates, and count in neither the record counts nor the data fingerprint.
 
 In bounded memory: the manifest is streamed, one row group at a time, into 34 bytes
 of fixed-size numpy columns per row (:mod:`litstore.ops.verify_listed`), never one
@@ -47,7 +51,7 @@ from litstore._litdata.index import ChunkInfo
 from litstore.errors import InvalidArgumentError, VerificationError, describe
 from litstore.format import hashing
 from litstore.format.models import StoreConfig, Version
-from litstore.ops import verify_index, verify_listed, verify_stored
+from litstore.ops import verify_deletions, verify_index, verify_listed, verify_stored
 from litstore.storage import Storage
 
 
@@ -68,6 +72,7 @@ class VerifyReport:
     damaged_chunks: list[tuple[str, str]] = field(default_factory=list)  # chunk, problem
     count_mismatches: list[tuple[str, int, int]] = field(default_factory=list)  # split, committed, found
     index_problems: list[tuple[str, str]] = field(default_factory=list)  # key run or sidecar file, problem
+    deletion_problems: list[tuple[str, str]] = field(default_factory=list)  # deletions file, problem
     fingerprint: str = ""
     manifest_fingerprint: str = ""
     data_fingerprint: str = ""
@@ -89,6 +94,7 @@ class VerifyReport:
             self.damaged_chunks,
             self.count_mismatches,
             self.index_problems,
+            self.deletion_problems,
         )
         return self.fingerprint_ok and not any(problems)
 
@@ -106,6 +112,7 @@ class VerifyReport:
             ("damaged chunks", self.damaged_chunks),
             ("record counts (split, committed, found)", self.count_mismatches),
             ("key index and sidecar problems (file, problem)", self.index_problems),
+            ("deletion vector problems (file, problem)", self.deletion_problems),
         ):
             if items:
                 lines.append(f"{len(items)} {label}: {describe(items)}")
@@ -164,6 +171,7 @@ def verify(
     listing_splits = np.array([names.split(split) for split, _ in listings], np.uint16)
     split_parts = num_workers > 0 and bool(listings) and storage.local_path(listings[0][1].filename) is not None
     parts = verify_stored.parts_of([chunk for _, chunk in listings], split_parts)
+    dead_rows = verify_deletions.DeadRows(storage, version, listings)
     found_counts: dict[str, int] = {}
     missing_chunks: list[str] = []
     damaged_chunks: list[tuple[str, str]] = []
@@ -192,12 +200,15 @@ def verify(
             damaged_chunks.extend((part.chunk.filename, problem) for problem in stored.problems)
             if stored.items < 0:
                 continue
-            if part.start == 0:
-                records += stored.items
-                split = listings[part.listing][0]
-                found_counts[split] = found_counts.get(split, 0) + stored.items
-            data_fingerprint += hashing.digest_sum(stored.pairs[stored.keyed])
-            matcher.match(part.listing, min(part.start, stored.items), stored.pairs, stored.keyed)
+            start = min(part.start, stored.items)
+            dead = dead_rows.mask(part.listing, start, len(stored.pairs))
+            live = matcher.match(part.listing, start, stored.pairs, stored.keyed, dead)
+            count = int(np.count_nonzero(live))
+            records += count
+            split = listings[part.listing][0]
+            found_counts[split] = found_counts.get(split, 0) + count
+            data_fingerprint += hashing.digest_sum(stored.pairs[stored.keyed & live])
+    dead_rows.finish()
     index_problems += verify_index.check_sidecars(storage, listings, listed, matcher.rows_at)
     found = matcher.finish(storage, config, listings)
     missing_keys: list[Any] = []
@@ -223,6 +234,8 @@ def verify(
         damaged_chunks=damaged_chunks,
         count_mismatches=count_mismatches,
         index_problems=index_problems,
+        deletion_problems=dead_rows.problems
+        + verify_deletions.listed_dead(dead_rows, version.number, found.listed_dead, found.listed_dead_count),
         fingerprint=version.fingerprint,
         manifest_fingerprint=hashing.fingerprint_hex(listed.fingerprint),
         data_fingerprint=hashing.fingerprint_hex(data_fingerprint),
@@ -235,6 +248,8 @@ class _Found:
     corrupt: list[tuple[Any, str, int, str]]
     missing: list[tuple[Any, str, int]]
     unlisted: list[tuple[Any, str, int]]
+    listed_dead: list[tuple[Any, str, int]]  # key, chunk, row: at most verify_deletions.NAMED of them
+    listed_dead_count: int
 
 
 class _Matcher:
@@ -242,7 +257,9 @@ class _Matcher:
 
     Per manifest row it keeps how many items were found at its place (``seen``) and how
     many of those hold its key (``hits``, for duplicates in the chunks); the items and
-    rows that disagree are collected (as numbers) and named at the end.
+    rows that disagree are collected (as numbers) and named at the end. Dead items are
+    compared with the rows listed at their place (a listed one is a problem of its
+    deletion vector, and not also a missing record) but are never unlisted or duplicates.
     """
 
     def __init__(self, listed: verify_listed.Listed, listing_chunks: np.ndarray, listing_splits: np.ndarray) -> None:
@@ -258,9 +275,15 @@ class _Matcher:
         self.hits = np.zeros(len(listed), np.uint8)
         self.corrupt: list[tuple[np.ndarray, int, np.ndarray, np.ndarray]] = []  # rows, listing, item rows, same
         self.odd: list[tuple[int, np.ndarray, np.ndarray]] = []  # listing, item rows, listed there
+        self.dead_listed: list[tuple[int, np.ndarray, np.ndarray]] = []  # listing, manifest rows, item rows
 
-    def match(self, listing: int, start: int, pairs: np.ndarray, keyed: np.ndarray) -> None:
-        """Items ``start`` onwards of the chunk of listing ``listing``: their pair hashes and whether they have keys."""
+    def match(
+        self, listing: int, start: int, pairs: np.ndarray, keyed: np.ndarray, dead: np.ndarray | None
+    ) -> np.ndarray:
+        """Items ``start`` onwards of the chunk of listing ``listing``: their pair hashes, whether they have keys,
+        and whether its deletion vector marks them dead (``None``: the vector does not decode, so the items the
+        manifest does not list are taken as its dead ones). Returns which items are live: the data.
+        """
         count = len(pairs)
         base = np.uint64(int(self.listing_chunks[listing]) << 32)
         lo, hi = np.searchsorted(self.location, [base + np.uint64(start), base + np.uint64(start + count)])
@@ -272,13 +295,21 @@ class _Matcher:
         bad = ~(same & (self.listed.split[rows] == self.listing_splits[listing]))
         if bad.any():
             self.corrupt.append((rows[bad], listing, items[bad] + start, same[bad]))
+        listed_here = np.zeros(count, bool)
+        listed_here[items] = True
+        if dead is None:
+            dead = ~listed_here
+        else:
+            clash = dead[items]
+            if clash.any():
+                self.dead_listed.append((listing, rows[clash], items[clash] + start))
         matched = np.zeros(count, bool)
         matched[items[same]] = True
-        if not matched.all():
-            listed_here = np.zeros(count, bool)
-            listed_here[items] = True
-            odd = np.flatnonzero(~matched)
+        odd = np.flatnonzero(~matched & ~dead)
+        if len(odd):
             self.odd.append((listing, odd + start, listed_here[odd]))
+        live: np.ndarray = ~dead
+        return live
 
     def rows_at(self, listing: int, count: int) -> tuple[np.ndarray, np.ndarray]:
         """The manifest rows listed at items ``[0, count)`` of listing ``listing``'s chunk, and those items."""
@@ -326,7 +357,16 @@ class _Matcher:
         )
         missing_rows = np.flatnonzero(self.seen == 0)
         corrupt_rows = np.concatenate([rows for rows, _, _, _ in self.corrupt] or [np.zeros(0, np.int64)])
-        wanted = np.unique(np.concatenate([candidate_rows, missing_rows, corrupt_rows]).astype(np.int64))
+        dead_places = sorted(
+            {
+                (listings[listing][1].filename, item, row)
+                for listing, rows, items in self.dead_listed
+                for row, item in zip(rows.tolist(), items.tolist(), strict=True)
+            }
+        )
+        named_dead = dead_places[: verify_deletions.NAMED]
+        dead_rows = np.array([row for _, _, row in named_dead], np.int64)
+        wanted = np.unique(np.concatenate([candidate_rows, missing_rows, corrupt_rows, dead_rows]).astype(np.int64))
         table = listed.rows(wanted)
         position = {int(row): at for at, row in enumerate(wanted.tolist())}
         keys = table.column("key").to_pylist()
@@ -368,9 +408,15 @@ class _Matcher:
             for listing, items, listed_here in self.odd
             for item in items[~listed_here].tolist()
         ]
+        listed_dead = [(keys[position[row]], chunk, item) for chunk, item, row in named_dead]
         by_place = lambda entry: (entry[1], entry[2])  # noqa: E731
         return _Found(
-            duplicates, sorted(corrupt, key=by_place), sorted(missing, key=by_place), sorted(unlisted, key=by_place)
+            duplicates,
+            sorted(corrupt, key=by_place),
+            sorted(missing, key=by_place),
+            sorted(unlisted, key=by_place),
+            listed_dead,
+            len(dead_places),
         )
 
 
