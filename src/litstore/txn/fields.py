@@ -85,5 +85,6 @@ def _write(
         metadata=metadata or {},
         fields=fields,
         key_runs=parent.key_runs,  # the same records in the same places
+        deletions=parent.deletions,  # and the same dead rows
     )
     return version, written

@@ -147,8 +147,9 @@ def write_sidecars(storage: Storage, chunks: Sequence[ChunkInfo], manifest: pa.T
 
     Chunks from before format 3 have no sidecar, so streaming them would compose the
     manifest; with one, it starts in O(chunks). A chunk whose rows the manifest does
-    not list exactly once each (a damaged store) gets none: streaming it then goes
-    through the manifest, which names the damage. A sidecar written here but not
+    not list exactly once each (a damaged store, or a chunk with dead rows, whose
+    hashes no manifest still holds) gets none: streaming it then goes through the
+    manifest, which names the damage. A sidecar written here but not
     committed (the upgrade lost its race) is still right: chunks never change.
     """
     missing = chunkhashes.missing(storage, chunks)
@@ -225,5 +226,6 @@ def _write(
         metadata=metadata or {},
         fields=parent.fields,
         key_runs=key_runs,
+        deletions=parent.deletions,  # the same records: a chunk's dead rows stay dead
     )
     return version, written
