@@ -30,7 +30,9 @@ A manifest row and the item at its chunk and row agree when their pair hashes
 and items that disagree, or whose key hashes meet, are read again to name their keys.
 Memory is about 40 bytes a record (50 while the rows are sorted by place) plus a few
 chunks; a format-3 version keeps 40 bytes more a row, and its key runs' entries (48
-bytes each, with a sort's 8) while they are checked. ``num_workers`` processes read
+bytes each, with a sort's 8) while they are checked; a format-4 version, the dead rows
+of the chunk being matched (4 bytes each) and up to 64 decoded vectors, and 16 bytes
+per dead row the manifest lists (a damaged vector). ``num_workers`` processes read
 the chunks (and one the manifest) while this one matches what they return: xxhash
 and msgpack hold the GIL for small items, so threads would not run them side by side.
 """
@@ -357,14 +359,7 @@ class _Matcher:
         )
         missing_rows = np.flatnonzero(self.seen == 0)
         corrupt_rows = np.concatenate([rows for rows, _, _, _ in self.corrupt] or [np.zeros(0, np.int64)])
-        dead_places = sorted(
-            {
-                (listings[listing][1].filename, item, row)
-                for listing, rows, items in self.dead_listed
-                for row, item in zip(rows.tolist(), items.tolist(), strict=True)
-            }
-        )
-        named_dead = dead_places[: verify_deletions.NAMED]
+        named_dead, dead_count = self._dead_listed(listings)
         dead_rows = np.array([row for _, _, row in named_dead], np.int64)
         wanted = np.unique(np.concatenate([candidate_rows, missing_rows, corrupt_rows, dead_rows]).astype(np.int64))
         table = listed.rows(wanted)
@@ -416,8 +411,30 @@ class _Matcher:
             sorted(missing, key=by_place),
             sorted(unlisted, key=by_place),
             listed_dead,
-            len(dead_places),
+            dead_count,
         )
+
+    def _dead_listed(self, listings: list[tuple[str, ChunkInfo]]) -> tuple[list[tuple[str, int, int]], int]:
+        """The first :data:`~litstore.ops.verify_deletions.NAMED` places (chunk, item, manifest row) that are dead
+        and listed, by place, and how many there are (a chunk listed twice counts once)."""
+        if not self.dead_listed:
+            return [], 0
+        shift = np.uint64(32)
+        places = np.concatenate(
+            [
+                (self.listing_chunks[listing] << shift) | items.astype(np.uint64)
+                for listing, _, items in self.dead_listed
+            ]
+        )
+        rows = np.concatenate([listed_rows for _, listed_rows, _ in self.dead_listed])
+        listing_of = np.concatenate([np.full(len(items), listing) for listing, _, items in self.dead_listed])
+        unique, first = np.unique(places, return_index=True)
+        chosen = first[: verify_deletions.NAMED]
+        named = sorted(
+            (listings[int(listing_of[at])][1].filename, int(places[at] & np.uint64(0xFFFFFFFF)), int(rows[at]))
+            for at in chosen.tolist()
+        )
+        return named, len(unique)
 
 
 #: Manifest rows looked at together where a step would otherwise copy a whole column.
