@@ -121,6 +121,7 @@ def listed_dead(
         for key, chunk, row in named[:NAMED]
     ]
     rest = total - len(problems)
-    if rest > 0 and problems:
-        problems.append((problems[0][0], f"{rest} more rows marked dead that the manifest lists"))
+    if rest > 0:
+        where = problems[0][0] if problems else layout.version_record(version)
+        problems.append((where, f"{rest} more rows marked dead that the manifest lists"))
     return problems
