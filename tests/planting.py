@@ -14,8 +14,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from pyroaring import BitMap
+
 import litstore
 from litstore.format import chunkhashes, hashing, keyrun, layout
+from litstore.format import deletions as deletion_format
 from litstore.storage.local import LocalStorage
 from litstore.txn import keyruns
 from litstore.txn.stage import write_chunk_hashes
@@ -64,3 +67,40 @@ def restamp(root: Path | str) -> None:
         hashing.fingerprint_sum(manifest.column("key").to_pylist(), manifest.column("content_hash").to_pylist())
     )
     storage.write(layout.version_record(number), json.dumps(record, indent=1).encode())
+
+
+def plant_dead_rows(
+    root: Path | str, chunk: str, rows: list[int], *, dead: int | None = None, stamp: bool = True
+) -> str:
+    """Give ``chunk`` the deletion vector ``rows`` in the newest version of the local store at ``root``.
+
+    The block is appended to the newest version's deletions file (made if it has none)
+    and the commit record's reference to it rewritten, as a hostile writer's own commit
+    would: its checksum recomputed (``stamp``; else the old one kept) and its count
+    ``dead`` (``len(rows)`` if not given). Rows are not checked: out of range is the
+    point of some tests. Returns the deletions file's path in the store.
+    """
+    root = Path(root)
+    number = litstore.open(root).version.number
+    record_path = root / layout.version_record(number)
+    record = json.loads(record_path.read_bytes())
+    path = layout.deletions(number, record["transaction"])
+    data = (root / path).read_bytes() if (root / path).is_file() else deletion_format.MAGIC
+    block = bytes(BitMap(rows).serialize())
+    refs = [ref for ref in record.get("deletions", []) if ref["chunk"] != chunk]
+    old = next((ref for ref in record.get("deletions", []) if ref["chunk"] == chunk), None)
+    checksum = deletion_format.checksum(chunk, block) if stamp or old is None else old["checksum"]
+    refs.append(
+        {
+            "chunk": chunk,
+            "path": path,
+            "offset": len(data),
+            "length": len(block),
+            "dead": len(rows) if dead is None else dead,
+            "checksum": checksum,
+        }
+    )
+    (root / path).write_bytes(data + block)
+    record["deletions"] = sorted(refs, key=lambda ref: ref["chunk"])
+    record_path.write_text(json.dumps(record, indent=1))
+    return path

@@ -246,3 +246,26 @@ def test_a_missing_optional_dependency_says_what_to_install(
     monkeypatch.setitem(sys.modules, module, None)
     with pytest.raises(litstore.LitstoreError, match=f"pip install {module}"):
         getattr(store, f"to_{module}")()
+
+
+def test_exports_of_a_store_with_holes_hold_only_live_records(make_store: MakeStore) -> None:
+    """Format 4: superseded and deleted records stay in their chunks as dead rows; no export yields one."""
+    store = make_store(key="id", splits=litstore.HashSplit(train=0.5, val=0.5), chunk_bytes=1024)
+    store.append([{"id": f"k{i:03d}", "n": i, "rev": 0} for i in range(90)])
+    store.upsert([{"id": f"k{i:03d}", "n": i, "rev": 1} for i in range(0, 90, 4)])
+    store.delete([f"k{i:03d}" for i in range(1, 90, 9)])
+    assert store.version.deletions
+    live = {key: record for key, record in store.items()}
+    assert len(live) == len(store) == 80
+    expected = {key: {"id": key, "n": record["n"], "rev": record["rev"]} for key, record in live.items()}
+
+    table = store.to_arrow()
+    assert table.num_rows == 80 and _by_key(table) == expected
+    batches = list(store.iter_batches(batch_size=7))
+    assert sum(batch.num_rows for batch in batches) == 80
+    assert _by_key(pa.Table.from_batches(batches)) == expected
+    frame = store.to_pandas()
+    assert sorted(frame["id"]) == sorted(expected) and frame.set_index("id")["rev"].to_dict() == {
+        key: record["rev"] for key, record in expected.items()
+    }
+    assert _by_key(store.at(1).to_arrow()) == {f"k{i:03d}": {"id": f"k{i:03d}", "n": i, "rev": 0} for i in range(90)}

@@ -126,3 +126,23 @@ def test_groups_by_split_use_the_split_of_each_key(make_store: Callable[..., lit
     report = store.audit()
     assert report.duplicate_groups == (tuple(sorted(split_of)),)
     assert report.cross_split_groups == ({split: tuple(keys) for split, keys in sorted(expected.items())},)
+
+
+def test_dead_rows_of_a_store_with_holes_are_not_audited(make_store: Callable[..., litstore.Store]) -> None:
+    """Format 4: a deleted record and a record's superseded revision stay in their chunks as dead rows; an audit
+    that read them would find them identical to live records."""
+    store = make_store(key="id", splits=litstore.HashSplit(train=0.5, val=0.5), chunk_bytes=1024)
+    store.append([{"id": f"k{n}", **_content(n)} for n in range(40)])
+    store.append([{"id": "twin", **_content(3)}])  # the same content as k3
+    store.delete(["twin"])
+    store.upsert([{"id": f"k{n}", **_content(200 + n)} for n in range(0, 40, 4)])
+    store.append([{"id": "copy", **_content(8)}])  # the old content of k8, which the upsert superseded
+    assert store.version.deletions  # the twin's row and the upserted keys' old rows are dead, not gone
+    report = store.audit()
+    assert report.ok, report.summary()
+    assert report.records_checked == len(store) == 41
+
+    store.upsert([{"id": "copy", **_content(204)}])  # the content of k4 as it is now
+    found = store.audit()
+    assert found.records_checked == 41
+    assert found.duplicate_groups == (("copy", "k4"),)

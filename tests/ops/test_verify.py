@@ -508,7 +508,7 @@ def test_altered_manifest_chunk_is_reported(root: Path) -> None:
 
 @pytest.mark.parametrize("outside", ["/etc/passwd", "../outside.bin", "fragments/../../x.bin", "litstore.json"])
 def test_manifest_naming_a_file_outside_the_layout_is_refused(root: Path, outside: str) -> None:
-    """Every reader of the manifest refuses the row; a lookup (format 3) reads the key runs instead,
+    """Every reader of the manifest refuses the row; a lookup (format 3 and later) reads the key runs instead,
     which name the record's real chunk, and never opens the planted name."""
     target = _pick(root)
     expected = litstore.open(root)[target["key"]]
@@ -517,7 +517,7 @@ def test_manifest_naming_a_file_outside_the_layout_is_refused(root: Path, outsid
         litstore.open(root).manifest()
     with pytest.raises(litstore.IntegrityError, match="is not a chunk path"):
         _verify(root)
-    assert litstore.open(root).config.format_version == 3
+    assert litstore.open(root).config.writes_key_runs
     assert litstore.open(root)[target["key"]] == expected
 
 

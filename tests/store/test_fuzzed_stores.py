@@ -7,10 +7,11 @@ files (``litstore.json``, commit records, tags, litdata indexes) truncated,
 bit-flipped, deleted, or with one JSON value replaced (by hostile paths, huge ints,
 nested objects); manifest files truncated, flipped, deleted, or with one cell of one
 column rewritten; chunks flipped in header or payload, truncated, extended, deleted,
-or replaced by a link or a FIFO. The store is format 3, so it also has key runs
-(``manifests/*.keys``) and chunk hashes sidecars (``fragments/*/*.hashes``): these are
-flipped (anywhere, or in their header or footer), truncated, extended, zeroed over a
-range, deleted, or replaced by another file of their kind.
+or replaced by a link or a FIFO. The store is format 4, so it also has key runs
+(``manifests/*.keys``), chunk hashes sidecars (``fragments/*/*.hashes``) and, for its
+upserts and deletes, deletion vectors (``manifests/*.deletions``): these are flipped
+(anywhere, or in their header or footer), truncated, extended, zeroed over a range,
+deleted, or replaced by another file of their kind.
 
 A child process (``tests/fuzz_worker.py``, reused across examples) then opens the
 copy and runs every read: lookups, ``get_many`` and ``in`` of every key (through the
@@ -50,6 +51,7 @@ from hypothesis import strategies as st
 
 import litstore
 from litstore.format import chunkhashes, keyrun
+from litstore.format import deletions as deletion_format
 from tests.fuzz_worker import changes, digest
 
 pytestmark = pytest.mark.integration
@@ -118,6 +120,7 @@ class Pristine:
     chunks: list[str]
     runs: list[str]
     sidecars: list[str]
+    deletions: list[str]
 
     def __repr__(self) -> str:  # hypothesis prints it with every failing example
         return f"Pristine({self.root})"
@@ -144,12 +147,14 @@ def pristine(tmp_path_factory: pytest.TempPathFactory) -> Pristine:
         for version in store.versions()
     }
     assert store.config.writes_key_runs, "the fuzz covers format 3's key runs and sidecars"
+    assert store.config.writes_deletion_vectors, "and format 4's deletion vectors"
     numbers = sorted(number for number in expected if number > 0)
     diffs = {
         pair: sorted([repr(key), change] for key, change in changes(store.diff(*pair)))
         for pair in [*pairwise(numbers), (numbers[0], numbers[-1])]
     }
     files = sorted(str(path.relative_to(root)) for path in root.rglob("*") if path.is_file())
+    assert [name for name in files if name.endswith(".deletions")], "its upserts and deletes mark rows dead"
     return Pristine(
         root=root,
         base=base,
@@ -162,6 +167,7 @@ def pristine(tmp_path_factory: pytest.TempPathFactory) -> Pristine:
         chunks=[name for name in files if name.endswith(".bin")],
         runs=[name for name in files if name.endswith(".keys")],
         sidecars=[name for name in files if name.endswith(".hashes")],
+        deletions=[name for name in files if name.endswith(".deletions")],
     )
 
 
@@ -399,7 +405,7 @@ def _mutate_index_file(root: Path, name: str, others: list[str], header: int, fo
 
 
 def _mutate(root: Path, pristine: Pristine, draw: Draw) -> str:
-    kind = draw(st.sampled_from(("metadata", "manifest", "chunk", "key run", "sidecar")))
+    kind = draw(st.sampled_from(("metadata", "manifest", "chunk", "key run", "sidecar", "deletions")))
     if kind == "metadata":
         return _mutate_metadata(root, draw(st.sampled_from(pristine.metadata)), draw)
     if kind == "manifest":
@@ -411,6 +417,9 @@ def _mutate(root: Path, pristine: Pristine, draw: Draw) -> str:
         sidecar = draw(st.sampled_from(pristine.sidecars))
         head, tail = chunkhashes.HEADER.size, chunkhashes.FOOTER.size
         return _mutate_index_file(root, sidecar, pristine.sidecars, head, tail, draw)
+    if kind == "deletions":
+        vectors = draw(st.sampled_from(pristine.deletions))
+        return _mutate_index_file(root, vectors, pristine.deletions, len(deletion_format.MAGIC), 0, draw)
     return _mutate_chunk(root, draw(st.sampled_from(pristine.chunks)), draw)
 
 

@@ -314,3 +314,27 @@ def test_upgrade_gives_old_chunks_their_sidecars_so_streaming_composes_nothing(
     assert dict(fresh.items()) == before
     streamed = sorted((record["id"], record["v"]) for record in fresh.dataset())
     assert streamed == sorted((key, record["v"]) for key, record in before.items())
+
+
+def test_a_rebuild_of_a_format_4_store_with_holes_keeps_its_dead_rows_dead(tmp_path: Path) -> None:
+    """The upgrade's version carries its parent's deletion vectors: without them every dead row came back."""
+    store = litstore.Store.create(tmp_path / "s", key="id", chunk_bytes=2048)
+    store.append([_record(key, 0) for key in _keys(range(120))])
+    store.upsert([_record(key, 1) for key in _keys(range(0, 120, 7))])
+    store.delete(_keys(range(40, 50)))
+    before = dict(store.items())
+    assert store.version.deletions and len(before) == 110
+    # A holed chunk whose sidecar is gone gets none: the manifest no longer holds its dead rows' hashes.
+    holed = store.version.deletions[0].chunk
+    (tmp_path / "s" / layout.chunk_hashes(holed)).unlink()
+
+    store.upgrade(rebuild=True)
+    fresh = litstore.open(tmp_path / "s")
+    assert fresh.version.operation == "upgrade"
+    assert fresh.version.deletions == store.versions()[-2].deletions
+    assert not (tmp_path / "s" / layout.chunk_hashes(holed)).exists()
+    assert dict(fresh.items()) == before
+    assert fresh.to_arrow().num_rows == len(fresh) == 110
+    report = fresh.verify()
+    assert report.ok, report.summary()
+    runs_agree_with_manifest(fresh.head().reader, gone=_keys(range(40, 50)))

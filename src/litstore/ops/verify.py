@@ -15,7 +15,11 @@ compares that with the manifest and the commit record:
   data, against the commit record;
 - for a format-3 version, its key runs and its chunks' hashes sidecars, which
   lookups and streaming read instead of the manifest, against the manifest
-  (:mod:`litstore.ops.verify_index`).
+  (:mod:`litstore.ops.verify_index`);
+- for a format-4 version, its deletion vectors (:mod:`litstore.ops.verify_deletions`):
+  each listed chunk's decodes, and a dead row is exactly a row the manifest does not
+  list. Dead rows are not data: they are not "stored but not listed", not
+  duplicates, and count in neither the record counts nor the data fingerprint.
 
 In bounded memory: the manifest is streamed, one row group at a time, into 34 bytes
 of fixed-size numpy columns per row (:mod:`litstore.ops.verify_listed`), never one
@@ -26,7 +30,9 @@ A manifest row and the item at its chunk and row agree when their pair hashes
 and items that disagree, or whose key hashes meet, are read again to name their keys.
 Memory is about 40 bytes a record (50 while the rows are sorted by place) plus a few
 chunks; a format-3 version keeps 40 bytes more a row, and its key runs' entries (48
-bytes each, with a sort's 8) while they are checked. ``num_workers`` processes read
+bytes each, with a sort's 8) while they are checked; a format-4 version, the dead rows
+of the chunk being matched (4 bytes each) and up to 64 decoded vectors, and 16 bytes
+per dead row the manifest lists (a damaged vector). ``num_workers`` processes read
 the chunks (and one the manifest) while this one matches what they return: xxhash
 and msgpack hold the GIL for small items, so threads would not run them side by side.
 """
@@ -47,7 +53,7 @@ from litstore._litdata.index import ChunkInfo
 from litstore.errors import InvalidArgumentError, VerificationError, describe
 from litstore.format import hashing
 from litstore.format.models import StoreConfig, Version
-from litstore.ops import verify_index, verify_listed, verify_stored
+from litstore.ops import verify_deletions, verify_index, verify_listed, verify_stored
 from litstore.storage import Storage
 
 
@@ -68,6 +74,7 @@ class VerifyReport:
     damaged_chunks: list[tuple[str, str]] = field(default_factory=list)  # chunk, problem
     count_mismatches: list[tuple[str, int, int]] = field(default_factory=list)  # split, committed, found
     index_problems: list[tuple[str, str]] = field(default_factory=list)  # key run or sidecar file, problem
+    deletion_problems: list[tuple[str, str]] = field(default_factory=list)  # deletions file, problem
     fingerprint: str = ""
     manifest_fingerprint: str = ""
     data_fingerprint: str = ""
@@ -89,6 +96,7 @@ class VerifyReport:
             self.damaged_chunks,
             self.count_mismatches,
             self.index_problems,
+            self.deletion_problems,
         )
         return self.fingerprint_ok and not any(problems)
 
@@ -106,6 +114,7 @@ class VerifyReport:
             ("damaged chunks", self.damaged_chunks),
             ("record counts (split, committed, found)", self.count_mismatches),
             ("key index and sidecar problems (file, problem)", self.index_problems),
+            ("deletion vector problems (file, problem)", self.deletion_problems),
         ):
             if items:
                 lines.append(f"{len(items)} {label}: {describe(items)}")
@@ -164,6 +173,7 @@ def verify(
     listing_splits = np.array([names.split(split) for split, _ in listings], np.uint16)
     split_parts = num_workers > 0 and bool(listings) and storage.local_path(listings[0][1].filename) is not None
     parts = verify_stored.parts_of([chunk for _, chunk in listings], split_parts)
+    dead_rows = verify_deletions.DeadRows(storage, version, listings)
     found_counts: dict[str, int] = {}
     missing_chunks: list[str] = []
     damaged_chunks: list[tuple[str, str]] = []
@@ -192,12 +202,15 @@ def verify(
             damaged_chunks.extend((part.chunk.filename, problem) for problem in stored.problems)
             if stored.items < 0:
                 continue
-            if part.start == 0:
-                records += stored.items
-                split = listings[part.listing][0]
-                found_counts[split] = found_counts.get(split, 0) + stored.items
-            data_fingerprint += hashing.digest_sum(stored.pairs[stored.keyed])
-            matcher.match(part.listing, min(part.start, stored.items), stored.pairs, stored.keyed)
+            start = min(part.start, stored.items)
+            dead = dead_rows.mask(part.listing, start, len(stored.pairs))
+            live = matcher.match(part.listing, start, stored.pairs, stored.keyed, dead)
+            count = int(np.count_nonzero(live))
+            records += count
+            split = listings[part.listing][0]
+            found_counts[split] = found_counts.get(split, 0) + count
+            data_fingerprint += hashing.digest_sum(stored.pairs[stored.keyed & live])
+    dead_rows.finish()
     index_problems += verify_index.check_sidecars(storage, listings, listed, matcher.rows_at)
     found = matcher.finish(storage, config, listings)
     missing_keys: list[Any] = []
@@ -223,6 +236,8 @@ def verify(
         damaged_chunks=damaged_chunks,
         count_mismatches=count_mismatches,
         index_problems=index_problems,
+        deletion_problems=dead_rows.problems
+        + verify_deletions.listed_dead(dead_rows, version.number, found.listed_dead, found.listed_dead_count),
         fingerprint=version.fingerprint,
         manifest_fingerprint=hashing.fingerprint_hex(listed.fingerprint),
         data_fingerprint=hashing.fingerprint_hex(data_fingerprint),
@@ -235,6 +250,8 @@ class _Found:
     corrupt: list[tuple[Any, str, int, str]]
     missing: list[tuple[Any, str, int]]
     unlisted: list[tuple[Any, str, int]]
+    listed_dead: list[tuple[Any, str, int]]  # key, chunk, row: at most verify_deletions.NAMED of them
+    listed_dead_count: int
 
 
 class _Matcher:
@@ -242,7 +259,9 @@ class _Matcher:
 
     Per manifest row it keeps how many items were found at its place (``seen``) and how
     many of those hold its key (``hits``, for duplicates in the chunks); the items and
-    rows that disagree are collected (as numbers) and named at the end.
+    rows that disagree are collected (as numbers) and named at the end. Dead items are
+    compared with the rows listed at their place (a listed one is a problem of its
+    deletion vector, and not also a missing record) but are never unlisted or duplicates.
     """
 
     def __init__(self, listed: verify_listed.Listed, listing_chunks: np.ndarray, listing_splits: np.ndarray) -> None:
@@ -258,9 +277,15 @@ class _Matcher:
         self.hits = np.zeros(len(listed), np.uint8)
         self.corrupt: list[tuple[np.ndarray, int, np.ndarray, np.ndarray]] = []  # rows, listing, item rows, same
         self.odd: list[tuple[int, np.ndarray, np.ndarray]] = []  # listing, item rows, listed there
+        self.dead_listed: list[tuple[int, np.ndarray, np.ndarray]] = []  # listing, manifest rows, item rows
 
-    def match(self, listing: int, start: int, pairs: np.ndarray, keyed: np.ndarray) -> None:
-        """Items ``start`` onwards of the chunk of listing ``listing``: their pair hashes and whether they have keys."""
+    def match(
+        self, listing: int, start: int, pairs: np.ndarray, keyed: np.ndarray, dead: np.ndarray | None
+    ) -> np.ndarray:
+        """Items ``start`` onwards of the chunk of listing ``listing``: their pair hashes, whether they have keys,
+        and whether its deletion vector marks them dead (``None``: the vector does not decode, so the items the
+        manifest does not list are taken as its dead ones). Returns which items are live: the data.
+        """
         count = len(pairs)
         base = np.uint64(int(self.listing_chunks[listing]) << 32)
         lo, hi = np.searchsorted(self.location, [base + np.uint64(start), base + np.uint64(start + count)])
@@ -272,13 +297,21 @@ class _Matcher:
         bad = ~(same & (self.listed.split[rows] == self.listing_splits[listing]))
         if bad.any():
             self.corrupt.append((rows[bad], listing, items[bad] + start, same[bad]))
+        listed_here = np.zeros(count, bool)
+        listed_here[items] = True
+        if dead is None:
+            dead = ~listed_here
+        else:
+            clash = dead[items]
+            if clash.any():
+                self.dead_listed.append((listing, rows[clash], items[clash] + start))
         matched = np.zeros(count, bool)
         matched[items[same]] = True
-        if not matched.all():
-            listed_here = np.zeros(count, bool)
-            listed_here[items] = True
-            odd = np.flatnonzero(~matched)
+        odd = np.flatnonzero(~matched & ~dead)
+        if len(odd):
             self.odd.append((listing, odd + start, listed_here[odd]))
+        live: np.ndarray = ~dead
+        return live
 
     def rows_at(self, listing: int, count: int) -> tuple[np.ndarray, np.ndarray]:
         """The manifest rows listed at items ``[0, count)`` of listing ``listing``'s chunk, and those items."""
@@ -326,7 +359,9 @@ class _Matcher:
         )
         missing_rows = np.flatnonzero(self.seen == 0)
         corrupt_rows = np.concatenate([rows for rows, _, _, _ in self.corrupt] or [np.zeros(0, np.int64)])
-        wanted = np.unique(np.concatenate([candidate_rows, missing_rows, corrupt_rows]).astype(np.int64))
+        named_dead, dead_count = self._dead_listed(listings)
+        dead_rows = np.array([row for _, _, row in named_dead], np.int64)
+        wanted = np.unique(np.concatenate([candidate_rows, missing_rows, corrupt_rows, dead_rows]).astype(np.int64))
         table = listed.rows(wanted)
         position = {int(row): at for at, row in enumerate(wanted.tolist())}
         keys = table.column("key").to_pylist()
@@ -368,10 +403,38 @@ class _Matcher:
             for listing, items, listed_here in self.odd
             for item in items[~listed_here].tolist()
         ]
+        listed_dead = [(keys[position[row]], chunk, item) for chunk, item, row in named_dead]
         by_place = lambda entry: (entry[1], entry[2])  # noqa: E731
         return _Found(
-            duplicates, sorted(corrupt, key=by_place), sorted(missing, key=by_place), sorted(unlisted, key=by_place)
+            duplicates,
+            sorted(corrupt, key=by_place),
+            sorted(missing, key=by_place),
+            sorted(unlisted, key=by_place),
+            listed_dead,
+            dead_count,
         )
+
+    def _dead_listed(self, listings: list[tuple[str, ChunkInfo]]) -> tuple[list[tuple[str, int, int]], int]:
+        """The first :data:`~litstore.ops.verify_deletions.NAMED` places (chunk, item, manifest row) that are dead
+        and listed, by place, and how many there are (a chunk listed twice counts once)."""
+        if not self.dead_listed:
+            return [], 0
+        shift = np.uint64(32)
+        places = np.concatenate(
+            [
+                (self.listing_chunks[listing] << shift) | items.astype(np.uint64)
+                for listing, _, items in self.dead_listed
+            ]
+        )
+        rows = np.concatenate([listed_rows for _, listed_rows, _ in self.dead_listed])
+        listing_of = np.concatenate([np.full(len(items), listing) for listing, _, items in self.dead_listed])
+        unique, first = np.unique(places, return_index=True)
+        chosen = first[: verify_deletions.NAMED]
+        named = sorted(
+            (listings[int(listing_of[at])][1].filename, int(places[at] & np.uint64(0xFFFFFFFF)), int(rows[at]))
+            for at in chosen.tolist()
+        )
+        return named, len(unique)
 
 
 #: Manifest rows looked at together where a step would otherwise copy a whole column.
