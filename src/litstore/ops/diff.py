@@ -6,11 +6,11 @@ the versions' fingerprints confirm that those keys are all that changed, only th
 keys' rows of both versions (:func:`touched_rows`, the fast path: the deltas between
 the versions, and the older version's rows of those keys from the deltas and its key
 runs in a format-3 or format-4 store, else from its manifest chain); otherwise both
-whole manifests. Either
-way :meth:`Diff.between` joins the two sets of rows. The results are the same, even
-where a delta row was relabelled after commit. :meth:`Diff.with_fields` then decodes
-the changed records alone (the old record from the old version, the new one from the
-new) to name the top-level fields whose values differ.
+whole manifests. Either way :meth:`Diff.between` joins the two sets of rows. The
+results are the same, even where a delta row was relabelled after commit.
+:meth:`Diff.with_fields` then decodes the changed records alone (the old record from
+the old version, the new one from the new) to name the top-level fields whose values
+differ.
 """
 
 from __future__ import annotations
