@@ -505,26 +505,40 @@ class Store:
         *,
         target_chunk_bytes: int | str | None = None,
         min_fill: float = 0.5,
+        min_live: float = 0.8,
         message: str | None = None,
         progress: bool = False,
     ) -> Version:
-        """Rewrite under-filled chunks into full ones, as a new version with identical records.
+        """Rewrite under-filled chunks and chunks with many dead rows into full ones, as a new version with
+        identical records.
 
         Many small appends leave many small chunks, which stream slower (and cost a
-        download each on S3). In each split, the chunks smaller than ``min_fill`` times
-        ``target_chunk_bytes`` (default: the store's ``chunk_bytes``) are rewritten
-        together into chunks of about ``target_chunk_bytes``. Records, content hashes,
-        splits and the fingerprint are unchanged (a ``diff`` of the two versions is
-        empty); older versions keep reading their own chunks until ``gc``. If no split
-        has two such chunks, nothing is committed. Races with other writers like any
-        commit: rebases, or raises ``ConflictError``.
+        download each on S3); upserts and deletes in a format-4 store leave dead rows in
+        chunks (deletion vectors), which take space and are skipped by every read. In
+        each split, a chunk whose live fraction (live rows over rows) is below
+        ``min_live``, and the chunks whose live bytes are below ``min_fill`` times
+        ``target_chunk_bytes`` (default: the store's ``chunk_bytes``) when there are two
+        of them or a chunk rewritten for its dead rows to merge them with, have their
+        live rows rewritten together into chunks of about ``target_chunk_bytes``; dead
+        rows and their deletion vectors are left behind. The version has one key run of
+        every record and a manifest checkpoint. Records, content hashes, splits and
+        the fingerprint are unchanged (a ``diff`` of the two versions is empty); older
+        versions keep reading their own chunks until ``gc``. If nothing is to be
+        rewritten, nothing is committed. Races with other writers like any commit:
+        rebases (moving the live rows again if a rival marked rows dead in a chunk it
+        rewrites), or raises ``ConflictError``.
 
         Raises:
-            InvalidArgumentError: ``min_fill`` is not in (0, 1] or ``target_chunk_bytes`` is not positive.
+            InvalidArgumentError: ``min_fill`` is not in (0, 1], ``min_live`` not in [0, 1], or
+                ``target_chunk_bytes`` is not positive.
         """
         message = check_message(message)
         if isinstance(min_fill, bool) or not isinstance(min_fill, (int, float)) or not 0 < min_fill <= 1:
             raise InvalidArgumentError(f"min_fill must be in (0, 1], got {min_fill!r}")
+        if isinstance(min_live, bool) or not isinstance(min_live, (int, float)) or not 0 <= min_live <= 1:
+            raise InvalidArgumentError(
+                f"min_live must be in [0, 1] (0: never rewrite a chunk for its dead rows), got {min_live!r}"
+            )
         target = (
             self.config.chunk_bytes
             if target_chunk_bytes is None
@@ -534,14 +548,9 @@ class Store:
             raise InvalidArgumentError(f"target_chunk_bytes must be a positive whole number, got {target!r}")
         if target_chunk_bytes is not None:
             check_chunk_bytes(target, "target_chunk_bytes")
-        rewrite: set[str] = set()
-        for chunks in self._head.chunks().values():
-            small = [chunk.filename for chunk in chunks if chunk.num_bytes < min_fill * target]
-            if len(small) >= 2:
-                rewrite.update(small)
-        if not rewrite:
+        change = txn.Compaction.chosen(self._head.reader, target, min_fill, min_live)
+        if change is None:
             return self.version
-        change = txn.Compaction(frozenset(rewrite), target)
         self._head = self._wrap(txn.commit(self._head.reader, change, message=message, progress=progress))
         return self.version
 

@@ -227,6 +227,23 @@ def test_compact_merges_chunks_and_keeps_every_record(tmp_path: Path) -> None:
     assert _read_jsonl(tmp_path / "out.jsonl") == {record["id"]: record for record in records}
 
 
+def test_compact_min_live_rewrites_chunks_with_dead_rows(tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    cli("create", root, "--chunk-bytes", "4096")
+    records = [_record(i) for i in range(60)]
+    cli("import", root, _write_jsonl(tmp_path / "in.jsonl", records), "--no-progress")
+    store = litstore.open(root)
+    store.delete(["k001"])  # one dead row: above the default min_live
+    assert store.version.deletions
+    assert cli_json("compact", root, "--no-progress")["compacted"] is False
+    result = cli_json("compact", root, "--min-live", "1", "--no-progress")
+    assert result["compacted"] and not litstore.open(root).version.deletions
+    assert "min_live must be in [0, 1]" in _error_line(cli("compact", root, "--min-live", "2", code=2))
+    cli("verify", root, "--no-progress")
+    cli("export", root, tmp_path / "out.jsonl")
+    assert _read_jsonl(tmp_path / "out.jsonl") == {record["id"]: record for record in records if record["id"] != "k001"}
+
+
 def test_upgrade_gives_a_format_2_store_its_key_index(tmp_path: Path) -> None:
     root = tmp_path / "store"
     litstore.Store.create(root, key="id", chunk_bytes=1024, format_version=2)  # as an older litstore made it

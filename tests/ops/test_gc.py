@@ -52,12 +52,13 @@ def _contents(store: litstore.Snapshot) -> dict[int, dict[Any, Record]]:
 
 
 def _files_of(view: litstore.Snapshot) -> set[str]:
-    """The files a version names: its commit record, indexes, manifest files, key runs, chunks and
-    (format 3) the chunks' hashes sidecars."""
+    """The files a version names: its commit record, indexes, manifest files, key runs, deletions files
+    (format 4), chunks and (format 3 on) the chunks' hashes sidecars."""
     version = view.version
     files = {layout.version_record(version.number), *version.indexes.values()}
     files.update(path for path in (version.manifest, version.checkpoint) if path)
     files.update(run.path for run in version.key_runs)
+    files.update(ref.path for ref in version.deletions)
     chunks = {chunk.filename for split in view.chunks().values() for chunk in split}
     files.update(chunks)
     if view.config.format_version >= 3:
@@ -72,10 +73,13 @@ class History:
     contents: dict[int, dict[Any, Record]]  # what each version read before gc
 
 
-@pytest.fixture
-def history(make_store: Callable[..., litstore.Store]) -> History:
-    """Versions 1..6 (append, upsert, delete, append, upsert, delete); version 2 tagged "golden"."""
-    store = make_store(key="id", splits=SPLITS, chunk_bytes=1024, checkpoint_interval=3)
+@pytest.fixture(params=[3, 4], ids=["format3", "format4"])
+def history(make_store: Callable[..., litstore.Store], request: pytest.FixtureRequest) -> History:
+    """Versions 1..6 (append, upsert, delete, append, upsert, delete); version 2 tagged "golden"; in a format-3
+    store (copy-on-write) and a format-4 one (deletion vectors)."""
+    store = make_store(
+        key="id", splits=SPLITS, chunk_bytes=1024, checkpoint_interval=3, format_version=int(request.param)
+    )
     store.append([_record(i) for i in range(40)])
     store.upsert([_record(i, rev=1) for i in range(0, 40, 8)] + [_record(i) for i in range(40, 45)])
     store.tag("golden")
@@ -189,6 +193,58 @@ def test_dry_run_removes_nothing_and_reports_what_gc_removes(history: History) -
     assert set(real.removed_files) == removed
     assert real.removed_bytes == sum(before[path] for path in removed)
     _check_kept(root, history.contents, real.kept_versions)
+
+
+def test_gc_of_a_store_with_holes_keeps_the_dead_rows_its_last_version_needs(
+    make_store: Callable[..., litstore.Store],
+) -> None:
+    store = make_store(key="id", splits=SPLITS, chunk_bytes=1024, format_version=4)
+    store.append([_record(i) for i in range(60)])
+    manifest = store.manifest()
+    chunk_of = dict(zip(manifest.column("key").to_pylist(), manifest.column("chunk").to_pylist(), strict=True))
+    keys_in: dict[str, list[str]] = {}
+    for key, chunk in sorted(chunk_of.items()):
+        keys_in.setdefault(chunk, []).append(key)
+    first = chunk_of["k000"]
+    last, emptied = sorted(chunk for chunk in keys_in if chunk != first)[:2]
+    gone = keys_in[last][0]
+    store.upsert([_record(0, rev=1)])  # version 2: one dead row in ``first``
+    store.upsert([_record(int(keys_in[first][1][1:]), rev=1)])  # 3: another in ``first``
+    store.delete([gone])  # 4: one dead row in ``last``
+    store.delete(keys_in[emptied])  # 5: every row of ``emptied``
+    expected = dict(store.items())
+    head = store.version
+    refs = {ref.chunk: ref.path for ref in head.deletions}
+    paths = {number: store.at(number).version for number in range(2, 5)}
+    assert refs[first] == layout.deletions(3, paths[3].transaction or "")
+    assert refs[last] == layout.deletions(4, paths[4].transaction or ""), "version 5 keeps version 4's vector"
+    assert emptied in head.dropped_chunks and emptied not in refs
+    superseded = layout.deletions(2, paths[2].transaction or "")  # ``first``'s vector of version 2, replaced in 3
+    root = Path(store.root)
+    assert (root / superseded).is_file()
+
+    report = store.gc(keep_last=1)
+    assert report.kept_versions == [head.number] and report.expired_versions == [0, 1, 2, 3, 4]
+    assert superseded in report.removed_files and not (root / superseded).exists()
+    assert emptied in report.removed_files and not (root / emptied).exists(), "no kept version lists it"
+    for path in {*refs.values(), first, last}:
+        assert (root / path).is_file(), f"{path} is still needed"
+    fresh = litstore.open(root)
+    assert dict(fresh.items()) == expected and len(expected) == 60 - 1 - len(keys_in[emptied])
+    keys = sorted(expected)
+    assert fresh.get_many(keys) == [expected[key] for key in keys]
+    assert fresh["k000"] == _record(0, rev=1) and gone not in fresh
+    missing = {path for path in _files_of(fresh) if not (root / path).is_file()}
+    assert not missing, missing
+    remaining = {path for path in _sizes(root) if not path.startswith(layout.TAGS)}
+    tombstones = {layout.version_record(number) for number in range(head.number)}
+    assert remaining - {layout.CONFIG, layout.HEAD_HINT} - tombstones <= _files_of(fresh) | {
+        layout.manifest_checkpoint(head.number, head.transaction or "")
+    }, "every file of an expired version that the last one does not name is gone"
+
+    store.upsert([_record(2, rev=5)])  # a new vector merged with the kept one of an expired version
+    expected["k002"] = _record(2, rev=5)
+    assert dict(litstore.open(root).items()) == expected
 
 
 # -- debris and the grace period -----------------------------------------------------

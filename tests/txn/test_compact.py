@@ -1,13 +1,15 @@
-"""Compaction: many small chunks become few full ones; the records do not change; in a format-3 store the
-version's key index becomes one run."""
+"""Compaction: many small chunks, and chunks with many dead rows (format 4), become few full ones of live rows;
+the records do not change; the version's key index becomes one run; a compaction racing a writer lands both."""
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable
 
 import pytest
 
 import litstore
+from litstore._litdata.index import ChunkInfo
 from litstore.read.version import VersionReader
 from tests.read.test_key_runs import _Counting
 from tests.store.test_upgrade import runs_agree_with_manifest
@@ -82,3 +84,153 @@ def test_compact_refuses_bad_arguments(make_store: Callable[..., litstore.Store]
     with pytest.raises(litstore.InvalidArgumentError):
         store.compact(**options)  # type: ignore[arg-type]
     assert store.version.number == 2
+
+
+@pytest.mark.parametrize("options", [{"min_live": -0.1}, {"min_live": 1.5}, {"min_live": True}, {"min_live": "1"}])
+def test_compact_refuses_a_bad_min_live(make_store: Callable[..., litstore.Store], options: dict[str, object]) -> None:
+    store = _small_appends(make_store, appends=2)
+    with pytest.raises(litstore.InvalidArgumentError, match="min_live must be in"):
+        store.compact(**options)  # type: ignore[arg-type]
+    assert store.version.number == 2
+
+
+def _with_holes(make_store: Callable[..., litstore.Store]) -> tuple[litstore.Store, dict[str, dict[str, object]]]:
+    """A format-4 store of 1,500 records appended at once, then 450 of them upserted and 300 deleted at random
+    (in several commits): most chunks have dead rows. Returns it and the records it holds."""
+    store = make_store(key="id", splits=litstore.HashSplit(train=0.7, val=0.3), chunk_bytes=8192, format_version=4)
+    store.append([record(i) for i in range(1500)])
+    expected = {f"k{i:04d}": record(i) for i in range(1500)}
+    shuffled = random.Random(4).sample(range(1500), 750)
+    for part in range(3):
+        batch = [record(i, rev=1) for i in shuffled[part * 150 : (part + 1) * 150]]
+        store.upsert(batch)
+        expected.update((str(item["id"]), item) for item in batch)
+    for part in range(2):
+        gone = [f"k{i:04d}" for i in shuffled[450 + part * 150 : 450 + (part + 1) * 150]]
+        store.delete(gone)
+        for key in gone:
+            expected.pop(key)
+    return store, expected
+
+
+def _chunk_figures(chunks: dict[str, list[ChunkInfo]]) -> dict[str, tuple[int, int]]:
+    """Per split: how many chunks, and their bytes."""
+    return {split: (len(listed), sum(chunk.num_bytes for chunk in listed)) for split, listed in chunks.items()}
+
+
+def test_compaction_leaves_a_store_with_holes_as_one_append_would(make_store: Callable[..., litstore.Store]) -> None:
+    store, expected = _with_holes(make_store)
+    before = store.version
+    holey = {ref.chunk for ref in before.deletions}
+    listed_before = {chunk.filename for chunks in store.chunks().values() for chunk in chunks}
+    assert len(holey) >= 15, "most chunks have dead rows"
+    version = store.compact(message="tidy")
+    assert (version.operation, version.message, version.number) == ("compact", "tidy", before.number + 1)
+    assert version.fingerprint == before.fingerprint and version.counts == before.counts
+    assert not store.diff(before.number, version.number)
+    assert version.deletions == (), "every chunk with dead rows was rewritten, its deletion vector gone"
+    assert holey <= set(version.dropped_chunks) <= listed_before
+    assert version.checkpoint is not None and len(version.key_runs) == 1
+    assert version.key_runs[0].entries == len(expected)
+
+    one_append = make_store(key="id", splits=litstore.HashSplit(train=0.7, val=0.3), chunk_bytes=8192)
+    one_append.append(list(expected.values()))
+    compacted, reference = _chunk_figures(store.chunks()), _chunk_figures(one_append.chunks())
+    for split, (count, size) in reference.items():
+        assert compacted[split][0] <= count + 1, (compacted, reference)
+        assert compacted[split][1] <= 1.05 * size, (compacted, reference)  # the live payload, no dead rows
+
+    fresh = litstore.open(store.root)
+    assert dict(fresh.items()) == expected
+    keys = sorted(expected)
+    assert fresh.get_many(keys) == [expected[key] for key in keys]
+    assert fresh.verify(expected_keys=keys).ok
+    streamed = sorted(str(item["id"]) for split in ("train", "val") for item in fresh.dataset(split=split))
+    assert streamed == keys
+    assert dict(fresh.at(before.number).items()) == expected, "the old version still reads its own chunks"
+    assert store.compact() == version, "nothing left to compact: no new version"
+
+
+def test_min_live_decides_which_chunks_with_dead_rows_are_rewritten(
+    make_store: Callable[..., litstore.Store],
+) -> None:
+    store = make_store(key="id", chunk_bytes=8192, format_version=4)
+    store.append([record(i) for i in range(600)])
+    store.delete(["k0001"])  # one dead row in one full chunk: live fraction above 0.8
+    assert len(store.version.deletions) == 1
+    assert store.compact() == store.version, "nothing to gain at the default min_live"
+    assert store.compact(min_live=0.0).number == store.version.number
+    holey = store.version.deletions[0].chunk
+    version = store.compact(min_live=1.0)
+    assert version.operation == "compact" and version.deletions == ()
+    assert holey in version.dropped_chunks and len(version.dropped_chunks) == 1
+    assert dict(litstore.open(store.root).items()) == {f"k{i:04d}": record(i) for i in range(600) if i != 1}
+
+
+def test_a_format_3_store_compacts_as_before(make_store: Callable[..., litstore.Store]) -> None:
+    store = make_store(key="id", chunk_bytes=8192, format_version=3)
+    store.append([record(i) for i in range(600)])
+    store.delete(["k0001"])  # copy-on-write: the chunk's live rows moved, no dead rows
+    assert store.version.deletions == ()
+    assert store.compact(min_live=1.0) == store.version, "min_live has nothing to find in a format-3 store"
+
+
+def _untouched_keys(store: litstore.Store, expected: dict[str, dict[str, object]], count: int) -> list[str]:
+    """``count`` keys still in the first append's chunks (so in chunks with dead rows, which a compaction
+    rewrites)."""
+    first = {chunk.filename for chunks in store.at(1).chunks().values() for chunk in chunks}
+    manifest = store.manifest()
+    keys = [
+        key
+        for key, chunk in zip(manifest.column("key").to_pylist(), manifest.column("chunk").to_pylist(), strict=True)
+        if chunk in first and expected[key]["value"] == int(key[1:]) * 10
+    ]
+    return sorted(keys)[:count]
+
+
+def _lands_as(store: litstore.Store, expected: dict[str, dict[str, object]]) -> None:
+    """A fresh handle reads ``expected`` (items, lookups, manifest), with the fingerprint of those records."""
+    fresh = litstore.open(store.root)
+    assert dict(fresh.items()) == expected
+    keys = sorted(expected)
+    assert fresh.get_many(keys) == [expected[key] for key in keys]
+    assert sorted(fresh.manifest().column("key").to_pylist()) == keys
+    reference = litstore.Store.create(
+        f"{store.root}-reference", key="id", splits=litstore.HashSplit(train=0.7, val=0.3)
+    )
+    assert fresh.version.fingerprint == reference.append(list(expected.values())).fingerprint
+
+
+def test_a_write_planned_before_a_compaction_plans_again_on_it(make_store: Callable[..., litstore.Store]) -> None:
+    store, expected = _with_holes(make_store)
+    upserted, deleted = _untouched_keys(store, expected, 2)
+    upserter, deleter = litstore.open(store.root), litstore.open(store.root)  # both at the version before
+    compacted = store.compact()
+    assert compacted.deletions == () and compacted.dropped_chunks
+    number = int(upserted[1:])
+    version = upserter.upsert([record(number, rev=9)])  # marks a row of a chunk the compaction dropped
+    assert version.number == compacted.number + 1
+    version = deleter.delete([deleted])
+    assert version.number == compacted.number + 2
+    dropped = set(compacted.dropped_chunks)
+    assert not dropped & {ref.chunk for ref in version.deletions}, "the marks are on the compaction's chunks"
+    assert not dropped & {chunk.filename for chunks in litstore.open(store.root).chunks().values() for chunk in chunks}
+    expected[upserted] = record(number, rev=9)
+    del expected[deleted]
+    _lands_as(store, expected)
+
+
+def test_a_compaction_planned_before_a_write_plans_again_on_it(make_store: Callable[..., litstore.Store]) -> None:
+    store, expected = _with_holes(make_store)
+    upserted, deleted = _untouched_keys(store, expected, 2)
+    compactor = litstore.open(store.root)  # at the version before the writes
+    number = int(upserted[1:])
+    store.upsert([record(number, rev=9)])  # marks rows dead in chunks the compaction rewrites
+    written = store.delete([deleted])
+    compacted = compactor.compact()
+    assert compacted.number == written.number + 1 and compacted.operation == "compact"
+    assert compacted.fingerprint == written.fingerprint and compacted.counts == written.counts
+    assert not store.diff(written.number, compacted.number), "the compaction moved the live rows, no dead one"
+    expected[upserted] = record(number, rev=9)
+    del expected[deleted]
+    _lands_as(store, expected)

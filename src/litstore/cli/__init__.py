@@ -569,6 +569,9 @@ def gc(
 def compact(
     root: RootArg,
     min_fill: Annotated[float, typer.Option(help="Rewrite chunks smaller than this fraction of the target.")] = 0.5,
+    min_live: Annotated[
+        float, typer.Option(help="Rewrite chunks whose live rows are fewer than this fraction of their rows.")
+    ] = 0.8,
     target_chunk_bytes: Annotated[int | None, typer.Option(help="Chunk size to aim for (default: the store's)")] = None,
     message: Annotated[str | None, typer.Option(help="The new version's message.")] = None,
     progress: ProgressOpt = True,
@@ -576,11 +579,14 @@ def compact(
     storage_option: StorageOpts = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Rewrite under-filled chunks into full ones, as a new version with the same records."""
+    """Rewrite under-filled chunks and chunks with many dead rows into full ones, as a new version with the same
+    records."""
     store = _open(root, endpoint_url, storage_option)
     before = store.version.number
     chunks_before = sum(len(chunks) for chunks in store.chunks().values())
-    after = store.compact(target_chunk_bytes=target_chunk_bytes, min_fill=min_fill, message=message, progress=progress)
+    after = store.compact(
+        target_chunk_bytes=target_chunk_bytes, min_fill=min_fill, min_live=min_live, message=message, progress=progress
+    )
     chunks_after = sum(len(chunks) for chunks in store.chunks().values())
     if as_json:
         _print_json(

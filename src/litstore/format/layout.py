@@ -76,7 +76,7 @@ _OWN_FILES = re.compile(
     r"|fragments/[0-9a-f]{20}/((lease|doomed)-[0-9a-f]{20}|clock)\.json"
     r"|versions/\d{8,}\.expiring/[0-9a-f]{20}\.json"
     r"|manifests/\d{8,}-[0-9a-f]{20}(\.checkpoint)?\.parquet"
-    r"|manifests/\d{8,}-[0-9a-f]{20}\.keys"
+    r"|manifests/\d{8,}-[0-9a-f]{20}\.(keys|deletions)"
     r"|versions/\d{8,}-[0-9a-f]{20}/[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}/index\.json"
     r"|versions/turn\.claim"
 )
@@ -97,7 +97,8 @@ def is_chunk_file(path: str) -> bool:
 
 
 def is_own_file(path: str) -> bool:
-    """Whether ``path`` is a data file litstore writes (a chunk, manifest or index): gc deletes no other."""
+    """Whether ``path`` is a data file litstore writes (a chunk, manifest, key run, deletions file or index):
+    gc deletes no other."""
     return _OWN_FILES.fullmatch(path) is not None
 
 

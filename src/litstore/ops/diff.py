@@ -4,12 +4,13 @@ The one module that answers it. :meth:`Diff.of` reads manifests only, never chun
 when the version log says which keys the commits between the two versions touched, and
 the versions' fingerprints confirm that those keys are all that changed, only those
 keys' rows of both versions (:func:`touched_rows`, the fast path: the deltas between
-the versions, and the older version's rows of those keys from its key runs in a
-format-3 store, else from its manifest chain); otherwise both whole manifests. Either
-way :meth:`Diff.between` joins the two sets of rows. The results are the same, even
-where a delta row was relabelled after commit. :meth:`Diff.with_fields` then decodes
-the changed records alone (the old record from the old version, the new one from the
-new) to name the top-level fields whose values differ.
+the versions, and the older version's rows of those keys from the deltas and its key
+runs in a format-3 or format-4 store, else from its manifest chain); otherwise both
+whole manifests. Either way :meth:`Diff.between` joins the two sets of rows. The
+results are the same, even where a delta row was relabelled after commit.
+:meth:`Diff.with_fields` then decodes the changed records alone (the old record from
+the old version, the new one from the new) to name the top-level fields whose values
+differ.
 """
 
 from __future__ import annotations
@@ -220,9 +221,13 @@ def touched_rows(
     deltas between them and looking the touched keys up in the older version, without
     composing either version whole (the newer one's rows are composed, by
     :func:`litstore.read.manifests.compose`, of the deltas alone). Where the older
-    version has a key index on disk (format 3), the touched keys are looked up in its
-    key runs (:meth:`VersionReader.indexed_rows`: a few pages, and its split indexes):
-    a diff of adjacent versions reads one delta whatever the store's size. Otherwise
+    version has a key index on disk (format 3 and 4), a key that the oldest delta
+    touching it added or deleted takes its older row from that delta, and one it
+    replaced is looked up in the older version's key runs (:func:`_first_touches`;
+    :meth:`VersionReader.indexed_rows`: a page a key, and its split indexes): a diff of
+    adjacent versions reads one delta and pages for its replaced keys, whatever the
+    store's size. Deletion vectors change none of this: a format-4 delta holds the
+    same rows (no moved ones, but for a compaction's). Otherwise
     they are searched for in its chain (checkpoint and deltas: the size of the store).
     ``views`` are readers of either version whose caches (open runs, chunk lists) the
     lookups may use. Either order works.
@@ -269,10 +274,51 @@ def _rows_by_index(
         return None  # a delta no version's manifest needs any more (its version has a checkpoint)
     high_rows = compose(config.key_type, deltas, None, columns=DIFF_COLUMNS)
     key_type = manifest_format.schema(config.key_type).field("key").type
-    touched = pa.chunked_array([part for delta in deltas for part in delta.column("key").chunks], key_type)
-    keys = pc.unique(touched.combine_chunks()) if len(touched) else pa.nulls(0, key_type)
-    low_rows = reader.indexed_rows(keys) if len(keys) else high_rows.slice(0, 0)
+    looked_up, deleted = _first_touches(deltas, key_type)
+    low_rows = reader.indexed_rows(looked_up) if len(looked_up) else _empty_rows(key_type)
+    if deleted.num_rows:
+        low_rows = pa.concat_tables([low_rows, deleted.select(DIFF_COLUMNS).cast(low_rows.schema)])
     return low_rows, high_rows
+
+
+def _first_touches(deltas: Sequence[pa.Table], key_type: pa.DataType) -> tuple[pa.Array, pa.Table]:
+    """What the older version held of each key the ``deltas`` (newest first) touch, from the oldest delta that
+    touches it: the keys to look up in its key runs, and the rows of the keys that delta deleted.
+
+    That delta's row was planned on the older version's records: ``added`` says the
+    older version lacked the key, ``deleted`` carries its content hash and split, and
+    only a ``replaced`` key must be looked up: a diff of appends and deletes reads no
+    key run (moved rows are gone from ``deltas``; a file with another kind does not
+    open). The deltas are not trusted more than the key runs: a row that lies about the
+    older version changes the fingerprint sums, and :func:`_accounts_for` sends the
+    diff to the whole manifests.
+    """
+    seen = pa.nulls(0, key_type)
+    lookups: list[pa.Array] = []
+    deleted: list[pa.Table] = []
+    for delta in reversed(deltas):
+        keys = _one_array(delta.column("key"), key_type)
+        first = delta.filter(pc.invert(pc.is_in(keys, value_set=seen))) if len(seen) else delta
+        if not first.num_rows:
+            continue
+        known = without_change(first, ChangeKind.ADDED)  # (the deltas hold no moved row, nor other kinds)
+        lookups.append(_one_array(without_change(known, ChangeKind.DELETED).column("key"), key_type))
+        deleted.append(without_change(known, ChangeKind.REPLACED))
+        seen = pa.concat_arrays([seen, keys])
+    looked_up = pc.unique(pa.concat_arrays(lookups)) if lookups else pa.nulls(0, key_type)
+    return looked_up, pa.concat_tables(deleted) if deleted else _empty_rows(key_type)
+
+
+def _one_array(column: pa.ChunkedArray, type_: pa.DataType) -> pa.Array:
+    """``column`` as one array of ``type_`` (made without pa.array where it has no chunks: see :func:`_flat`)."""
+    return column.combine_chunks().cast(type_) if column.num_chunks else pa.nulls(0, type_)
+
+
+def _empty_rows(key_type: pa.DataType) -> pa.Table:
+    """No rows, typed as :meth:`VersionReader.indexed_rows` gives them (made without pa.array: see :func:`_flat`)."""
+    return pa.table(
+        {"key": pa.nulls(0, key_type), "content_hash": pa.nulls(0, pa.binary(16)), "split": pa.nulls(0, pa.string())}
+    )
 
 
 def _rows_by_chain(

@@ -5,7 +5,7 @@ A change is a frozen value made before anything is committed, and
 
     Write(fragments, mode="append" | "upsert", unchanged=...)   staged records in
     Delete(keys, missing_ok=...)                                 records out
-    Compaction(chunks, chunk_bytes)                              small chunks merged, records as they were
+    Compaction(chunks, chunk_bytes)                              chunks rewritten live, records as they were
     FieldAddition(fields)                                        more declared fields, records as they were
     Upgrade(rebuild=...)                                         the key index on disk, records as they were
 
@@ -128,16 +128,47 @@ class Delete:
 
 @dataclass(frozen=True)
 class Compaction:
-    """Move the records of ``chunks`` (of the parent) into new chunks of about ``chunk_bytes``; records and
-    fingerprint stay as they were."""
+    """Move the live records of ``chunks`` (of the parent) into new chunks of about ``chunk_bytes``; records and
+    fingerprint stay as they were.
+
+    The rewritten chunks leave the version with their deletion vectors: their dead rows
+    are not copied. A chunk of ``chunks`` the parent no longer lists (a rival's delete
+    emptied it) is skipped. :meth:`chosen` picks the chunks by the compaction policy.
+    """
 
     chunks: frozenset[str]
     chunk_bytes: int
     fragments: tuple[StagedFragment, ...] = field(default=(), init=False)
     operation: Operation = field(default="compact", init=False)
 
+    @classmethod
+    def chosen(cls, parent: VersionReader, chunk_bytes: int, min_fill: float, min_live: float) -> Compaction | None:
+        """The compaction of ``parent`` that its policy asks for, or ``None`` if there is nothing to gain.
+
+        In each split, a chunk is rewritten when its live fraction (live rows over rows,
+        from the commit record: nothing is read) is below ``min_live``, or when its live
+        bytes (its size times its live fraction) are below ``min_fill`` times
+        ``chunk_bytes`` and the split has another chunk to merge it with (a second such
+        small chunk, or a chunk rewritten for its dead rows). A chunk with no dead rows
+        counts its whole size, so a store without deletion vectors compacts as before.
+        """
+        rewrite: set[str] = set()
+        deletions = parent.deletions
+        for chunks in parent.chunks().values():
+            holey, small = [], []
+            for chunk in chunks:
+                live = deletions.live_count(chunk.filename, chunk.num_items) / max(chunk.num_items, 1)
+                if live < min_live:
+                    holey.append(chunk.filename)
+                elif chunk.num_bytes * live < min_fill * chunk_bytes:
+                    small.append(chunk.filename)
+            if holey or len(small) >= 2:
+                rewrite.update(holey + small)
+        return cls(frozenset(rewrite), chunk_bytes) if rewrite else None
+
     def plan(self, parent: VersionReader) -> Plan:
-        return plan(parent, (), "upsert", rewrite=frozenset(self.chunks), chunk_bytes=self.chunk_bytes)
+        listed = {chunk.filename for chunks in parent.chunks().values() for chunk in chunks}
+        return plan(parent, (), "upsert", rewrite=frozenset(self.chunks) & listed, chunk_bytes=self.chunk_bytes)
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,8 @@ put-if-absent. Its creation *is* the commit.
 
 Losing the race to another writer: catch up with the winners. If they added,
 replaced or deleted any key this commit touches, raise :class:`ConflictError` and
-commit nothing. If they dropped a chunk this commit also drops, plan the moves
+commit nothing. If they dropped a chunk this commit also drops or marks rows of,
+or marked rows dead in a chunk this commit rewrites (a compaction), plan the change
 again. Otherwise publish the same staged files on the new head, after a jittered,
 growing pause (so writers in a loop do not starve one another).
 
@@ -111,7 +112,7 @@ def commit(
     if current.empty:
         if not current.unchanged:
             return head
-        head, touched, _ = race.catch_up(head)  # nothing to write, if nobody changed those keys since parent
+        head, touched, _, _ = race.catch_up(head)  # nothing to write, if nobody changed those keys since parent
         clash = race.clash(head, touched & current.unchanged)
         if clash is not None:
             raise clash
@@ -133,11 +134,18 @@ def commit(
                 version, chunks, composed = publish(head, current, moves, operation, message, metadata)
             except ConflictError:
                 losses += 1
-                head, touched, dropped = race.catch_up(head)
+                head, touched, dropped, marked = race.catch_up(head)
                 clash = race.clash(head, touched & current.touched_keys())
                 if clash is not None:
                     raise clash from None
-                if dropped & current.touched_chunks or _fields(head) != planned_fields:
+                # Plan again if a rival dropped a chunk this commit drops or marks rows of, or marked rows dead in
+                # a chunk whose live rows this commit moves (they are fewer now). Marks in the same chunks as a
+                # rival's are merged at publish.
+                if (
+                    dropped & current.touched_chunks
+                    or marked & current.dropped_chunks
+                    or _fields(head) != planned_fields
+                ):
                     planned_fields = _fields(head)
                     if moves is not None:
                         discard(head.storage, moves)
@@ -243,9 +251,9 @@ def publish(
     holds its manifest, what composes the new version's manifest from it in memory.
 
     The new version gets a full manifest checkpoint every ``checkpoint_interval``
-    versions, and whenever composing it would read more delta rows than it has live
+    versions, whenever composing it would read more delta rows than it has live
     records (format 4: twice as many), so composing any version reads at most about
-    two (three) times its live rows.
+    two (three) times its live rows, and for every compaction (whose delta moves many rows).
 
     In a format-3 store it also writes its key run (:mod:`.keyruns`): what it changed,
     merged with its parent's runs as they pile up; a compaction, or a commit whose
@@ -290,7 +298,7 @@ def publish(
     # Format 4 writes few delta rows per change (no moved rows): it lets the chain grow to
     # twice the live rows, so a store written by appends gets no checkpoint from its first delete.
     allowed = sum(counts.values()) * (2 if config.writes_deletion_vectors else 1)
-    if number % config.checkpoint_interval == 0 or pending_rows > allowed:
+    if operation == "compact" or number % config.checkpoint_interval == 0 or pending_rows > allowed:
         full = _applied(head.manifest(), delta, config.key_type, declared_fields(config, parent))
         checkpoint_path = layout.manifest_checkpoint(number, transaction)
         storage.write(checkpoint_path, manifest_format.to_parquet(full, key_hash=config.stores_key_hash))

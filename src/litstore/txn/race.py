@@ -118,15 +118,16 @@ def _owner(head: VersionReader, number: int) -> str | None:
     return record.transaction or ""
 
 
-def catch_up(head: VersionReader) -> tuple[VersionReader, set[Any], set[str]]:
-    """The newest head, the keys the commits since ``head`` changed, and the chunks they dropped or marked
-    rows of dead (a copy-on-write plan that moves a chunk's rows must plan again if a rival marked one).
+def catch_up(head: VersionReader) -> tuple[VersionReader, set[Any], set[str], set[str]]:
+    """The newest head, the keys the commits since ``head`` changed, the chunks they dropped, and the chunks
+    they marked rows of dead (format 4: those whose deletion vector a commit wrote anew).
 
     Raises:
         ConflictError: one of those commits was expired by gc before it could be checked.
     """
     touched: set[Any] = set()
     dropped: set[str] = set()
+    marked: set[str] = set()
     start = head.version.number
     latest = head.version
     for number in log.versions_after(head.storage, start):
@@ -143,9 +144,9 @@ def catch_up(head: VersionReader) -> tuple[VersionReader, set[Any], set[str]]:
         dropped.update(record.dropped_chunks)
         if record.transaction is not None:
             own = layout.deletions(record.number, record.transaction)
-            dropped.update(ref.chunk for ref in record.deletions if ref.path == own)
+            marked.update(ref.chunk for ref in record.deletions if ref.path == own)
         latest = record
-    return head.successor(latest, None, None), touched, dropped
+    return head.successor(latest, None, None), touched, dropped, marked
 
 
 def clash(head: VersionReader, keys: set[Any]) -> ConflictError | None:
