@@ -236,7 +236,8 @@ def _live_positions(
     places = rows.copy()
     order = np.argsort(chunk_ids, kind="stable")
     present, firsts = np.unique(chunk_ids[order], return_index=True)
-    for chunk_id, first, last in zip(present.tolist(), firsts.tolist(), [*firsts[1:].tolist(), len(order)], strict=True):
+    lasts = [*firsts[1:].tolist(), len(order)]
+    for chunk_id, first, last in zip(present.tolist(), firsts.tolist(), lasts, strict=True):
         chunk = chunks[chunk_id]
         live = deletions.live(chunk.filename, chunk.num_items)
         if live is None:
@@ -446,7 +447,6 @@ class VersionDataset(StreamingDataset):
         self._check: RecordCheck | None = None  # made on first use: it names keys from the records file
         self._decoded_index = -1
         self._decoded_start = 0  # litdata's number of the decoded chunk's first item
-        self._decoded_live: np.ndarray | None = None  # the decoded chunk's live rows (None: every row)
         self._live_index = -1  # the chunk whose live rows _live_rows holds
         self._live_rows: np.ndarray | None = None
         self.identity = dict(identity)
@@ -474,7 +474,7 @@ class VersionDataset(StreamingDataset):
         state = dict(self.__dict__)
         # Memory-mapped (or bound to this dataset): each process opens or makes its own.
         state["_expected"] = state["_keys"] = state["_decoded"] = state["_check"] = None
-        state["_decoded_live"] = state["_live_rows"] = None
+        state["_live_rows"] = None
         state["_decoded_index"] = state["_live_index"] = -1
         return state
 
@@ -520,12 +520,13 @@ class VersionDataset(StreamingDataset):
     def __getitem__(self, index: Any) -> Any:
         if isinstance(index, slice):
             return [self[position] for position in range(*index.indices(len(self)))]
-        if isinstance(index, (int, np.integer)) and not isinstance(index, bool) and 0 <= index < self._litdata_starts[-1]:
+        if type(index) is ChunkedIndex and self._chunk_storage is not None:
+            return self._record(index.chunk_index, index.index)
+        whole = isinstance(index, (int, np.integer)) and not isinstance(index, bool)
+        if whole and 0 <= index < self._litdata_starts[-1]:  # dataset[i]: litdata's per-item path, as on S3
             index = ChunkedIndex(index=int(index), chunk_index=bisect.bisect_right(self._litdata_starts, index) - 1)
         if type(index) is not ChunkedIndex:
             return super().__getitem__(index)  # a key (litdata's keyed access), or litdata's error
-        if self._chunk_storage is not None:
-            return self._record(index.chunk_index, index.index)
         begin = self._litdata_starts[index.chunk_index]
         position = int(index.index) - begin
         row = self._row(index.chunk_index, position)
@@ -589,9 +590,7 @@ class VersionDataset(StreamingDataset):
         chunk = self._decoded
         if chunk is None or self._decoded_index != chunk_index:
             chunk = self._decode(chunk_index)
-        position = int(number) - self._decoded_start
-        live = self._decoded_live
-        record = chunk.take(position if live is None else int(live[position]))
+        record = chunk.take(int(number) - self._decoded_start)  # the chunk's live items, numbered as litdata does
         for transform in self._transforms:
             record = transform(record)
         return record
@@ -607,9 +606,7 @@ class VersionDataset(StreamingDataset):
             start = 16 * self._stream_starts[chunk_index]
             size = self._litdata_starts[chunk_index + 1] - self._litdata_starts[chunk_index]
             expected = self._expected[start : start + 16 * size]
-            if live is not None:
-                # The records file holds live items only; a dead row's place stays zero: it is never
-                # handed out, so the block check marking it does no harm.
+            if live is not None:  # the records file holds live items only: a dead row's place (unread) is zero
                 every = np.zeros((self._stored[chunk_index], 16), dtype=np.uint8)
                 every[live] = np.frombuffer(expected, dtype=np.uint8).reshape(-1, 16)
                 expected = every.tobytes()
@@ -618,15 +615,15 @@ class VersionDataset(StreamingDataset):
         name = self._files[chunk_index]
         self._decoded = None  # release the previous chunk before mapping the next
         assert self._chunk_storage is not None
-        chunk = self._decoded = DecodedChunk(self._chunk_storage.mapped(name), name, expected, self._record_check())
-        if len(chunk) != self._stored[chunk_index]:
+        mapped = self._chunk_storage.mapped(name)
+        chunk = self._decoded = DecodedChunk(mapped, name, expected, self._record_check(), live)
+        if chunk.row_count != self._stored[chunk_index]:
             raise IntegrityError(
-                f"chunk {name} holds {len(chunk)} items; its split index lists {self._stored[chunk_index]}: the "
+                f"chunk {name} holds {chunk.row_count} items; its split index lists {self._stored[chunk_index]}: the "
                 "chunk or the version's index is damaged; store.verify() lists every damaged record"
             )
         self._decoded_index = chunk_index
         self._decoded_start = self._litdata_starts[chunk_index]
-        self._decoded_live = live
         return chunk
 
     def _checked(self, item: bytes, chunk_index: int, position: int, row: int) -> Any:
