@@ -15,6 +15,15 @@ exactly at the store before litdata follows it, so another user of a shared temp
 directory cannot plant chunks for a training run to read. Creating a view removes the
 views of the same store whose version no longer exists.
 
+A format-4 version's chunks may hold dead rows (rows its deletion vectors mark as
+superseded or deleted, :mod:`litstore.read.deletions`). The view's ``index.json``
+lists each chunk's live count as its ``chunk_size`` (its file and byte size as they
+are), so litdata samples, shuffles, splits between ranks and workers, and resumes
+over live items only, and :class:`VersionDataset` reads litdata's item ``i`` of a
+chunk from the chunk's ``i``-th live row. Making the dataset reads no deletion
+vector (the commit record has each chunk's dead count); each process reads a chunk's
+as it reaches the chunk.
+
 The storage backend says how litdata reaches the store
 (:meth:`~litstore.storage.Storage.litdata_input`). A local store streams with the view
 directory as litdata's input directory, so litdata memory-maps the committed chunks

@@ -14,6 +14,7 @@ how many rows each chunk file holds.
 from __future__ import annotations
 
 import json
+import pickle
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -140,6 +141,14 @@ def test_one_epoch_yields_exactly_the_live_records(holes: Holes) -> None:
     streamed = list(dataset)
     assert {record["id"]: record for record in streamed} == dict(holes.store.items())
     _assert_epoch(holes, streamed)
+
+
+def test_an_unpickled_dataset_streams_the_same_live_records(holes: Holes) -> None:
+    """What a DataLoader worker started with "spawn" gets: deletion vectors it reads itself."""
+    dataset = holes.store.dataset(split="train")
+    copy = pickle.loads(pickle.dumps(dataset))
+    assert list(copy) == list(dataset)
+    _assert_epoch(holes, list(copy), "train")
 
 
 def test_the_view_lists_live_counts_and_the_real_files(holes: Holes) -> None:
