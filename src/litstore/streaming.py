@@ -414,7 +414,7 @@ class VersionDataset(StreamingDataset):
     rows they are, and each item litdata numbers is read from its row: item ``i`` of a
     chunk is its ``i``-th live row. Each process reads the deletion vector of a chunk when
     it first reads an item of it, so a DataLoader worker reads only its own chunks'.
-    litdata's own reader (remote chunks, ``dataset[i]``'s neighbours) is handed the row,
+    litdata's own reader (remote chunks, and ``dataset[i]``) is handed the row,
     and its item loader the number of rows each chunk file holds (see
     :meth:`_create_cache`), so its checks of a chunk's header still hold.
     """

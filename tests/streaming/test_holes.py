@@ -191,6 +191,11 @@ def test_random_access_reads_the_live_record_at_each_number(holes: Holes) -> Non
     assert dataset[np.int64(5)] == in_order[5]
 
 
+def test_window_direct_io_which_reads_around_litstore_is_refused(holes: Holes) -> None:
+    with pytest.raises(litstore.InvalidArgumentError, match="window_direct_io"):
+        holes.store.dataset(window_direct_io=True)
+
+
 def test_unchecked_stream_yields_the_live_records(holes: Holes) -> None:
     dataset = holes.store.dataset(verify_records=False, shuffle=True, seed=2)
     assert "unchecked" in repr(dataset)
