@@ -309,21 +309,23 @@ class Snapshot:
             raise InvalidArgumentError("pass where= or keys=, not both")
         if split is not None and split not in self.splits:
             raise SplitError(f"unknown split {split!r}; this store's splits are {self.splits}")
+        from litstore import streaming
+
         listed = self.chunks()
+        deletions = self._reader.deletions
         for name in sorted(set(listed) | set(self.version.counts)):
             if split not in (None, name):
                 continue
-            indexed = sum(chunk.num_items for chunk in listed.get(name, []))
+            # Live items: a format-4 chunk's dead rows are in its file and its index entry, not in the version.
+            indexed = sum(chunk.num_items for chunk in streaming.live_chunks(listed.get(name, []), deletions))
             if indexed != self.version.counts.get(name, 0):
                 raise IntegrityError(
-                    f"the index of split {name!r} of version {self.version.number} lists {indexed} items, "
+                    f"the index of split {name!r} of version {self.version.number} lists {indexed} live items, "
                     f"but the version holds {self.version.counts.get(name, 0)} records: the index is damaged"
                 )
         chunks = [chunk for name, chunks in sorted(listed.items()) if split in (None, name) for chunk in chunks]
         if not chunks:
             raise LitstoreError(f"version {self.version.number} has no records in {split or 'any split'}")
-        from litstore import streaming
-
         if where is not None or keys is not None:
             subset = self._subset(chunks, split, where, keys)
             return streaming.open_subset(
@@ -333,9 +335,18 @@ class Snapshot:
         if verify_records and self.config.writes_key_runs and chunkhashes.all_present(self.storage, chunks):
             hashes = ChunkHashes(self.storage, self.config, self.version)  # no manifest: each chunk's sidecar
         elif verify_records:
-            records = streaming.stream_records(self.manifest(), chunks)
+            records = streaming.stream_records(self.manifest(), chunks, deletions=deletions)
         return streaming.open_dataset(
-            self.storage, self.config, self.version, split, chunks, records, views_dir, hashes=hashes, **kwargs
+            self.storage,
+            self.config,
+            self.version,
+            split,
+            chunks,
+            records,
+            views_dir,
+            hashes=hashes,
+            deletions=deletions,
+            **kwargs,
         )
 
     def select(self, where: str) -> list[Key]:
@@ -357,7 +368,11 @@ class Snapshot:
         return list(found.column(0).to_pylist())
 
     def _subset(self, chunks: list[ChunkInfo], split: str | None, where: str | None, keys: Any) -> pa.Table:
-        """``key``, ``content_hash``, ``chunk``, ``row`` of the subset's records of ``chunks``, in stream order."""
+        """``key``, ``content_hash``, ``chunk``, ``row`` of the subset's records of ``chunks``, in stream order.
+
+        ``row`` is each record's row in its chunk file: the subset's live records, copied
+        from there into a view of its own, which has no dead rows.
+        """
         from litstore import streaming
 
         wanted: list[Key]
@@ -371,10 +386,11 @@ class Snapshot:
             wanted = list(dict.fromkeys(hashing.normalize_key(key) for key in keys))  # type: ignore[misc,union-attr]
         valid = [key for key in wanted if hashing.is_key(key, self.config.key_type)]
         found = self._reader.located(valid)
+        deletions = self._reader.deletions
         if found is not None:  # from the key index on disk: what the subset holds, in stream order
-            members = streaming.in_stream_order(found, chunks)
+            members = streaming.in_stream_order(found, chunks, deletions)
         else:
-            ordered = streaming.stream_records(self.manifest(), chunks, located=True)
+            ordered = streaming.stream_records(self.manifest(), chunks, located=True, deletions=deletions)
             key_type = ordered.schema.field("key").type
             members = ordered.filter(pc.is_in(ordered.column("key"), pa.array(valid, key_type)))
         where_said = f"where {where!r}" if where is not None else f"the {len(wanted)} keys given"

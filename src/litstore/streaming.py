@@ -15,6 +15,15 @@ exactly at the store before litdata follows it, so another user of a shared temp
 directory cannot plant chunks for a training run to read. Creating a view removes the
 views of the same store whose version no longer exists.
 
+A format-4 version's chunks may hold dead rows (rows its deletion vectors mark as
+superseded or deleted, :mod:`litstore.read.deletions`). The view's ``index.json``
+lists each chunk's live count as its ``chunk_size`` (its file and byte size as they
+are), so litdata samples, shuffles, splits between ranks and workers, and resumes
+over live items only, and :class:`VersionDataset` reads litdata's item ``i`` of a
+chunk from the chunk's ``i``-th live row. Making the dataset reads no deletion
+vector (the commit record has each chunk's dead count); each process reads a chunk's
+as it reaches the chunk.
+
 The storage backend says how litdata reaches the store
 (:meth:`~litstore.storage.Storage.litdata_input`). A local store streams with the view
 directory as litdata's input directory, so litdata memory-maps the committed chunks
@@ -48,6 +57,7 @@ under a microsecond for a typical record) and decoded by a
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import hashlib
 import itertools
 import os
@@ -62,13 +72,21 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from litdata import StreamingDataset
+from litdata.streaming.cache import Cache
 from litdata.streaming.sampler import ChunkedIndex
+from litdata.utilities.env import _WorkerEnv
 
 from litstore import stream_state
 from litstore._litdata.downloader import allow_plain_http_s3
 from litstore._litdata.index import ChunkInfo, index_document, parse_index_document
 from litstore._litdata.writer import ChunkWriter
-from litstore.errors import IntegrityError, LitstoreError, StreamStateError, VersionNotFoundError
+from litstore.errors import (
+    IntegrityError,
+    InvalidArgumentError,
+    LitstoreError,
+    StreamStateError,
+    VersionNotFoundError,
+)
 from litstore.format import layout
 from litstore.format.models import StoreConfig, Version
 from litstore.read import log
@@ -76,6 +94,7 @@ from litstore.read.checked import RecordCheck
 from litstore.read.chunkhashes import ChunkHashes
 from litstore.read.chunks import ChunkCache
 from litstore.read.decoded import DecodedChunk
+from litstore.read.deletions import Deletions
 from litstore.storage import LocalInput, Storage
 from litstore.storage.local import LocalStorage
 
@@ -98,13 +117,17 @@ def open_dataset(
     views_dir: str | os.PathLike[str] | None = None,
     *,
     hashes: ChunkHashes | None = None,
+    deletions: Deletions | None = None,
     **kwargs: Any,
 ) -> VersionDataset:
-    """A :class:`VersionDataset` over ``chunks`` of one version and split of the store on ``storage``.
+    """A :class:`VersionDataset` over the live items of ``chunks`` of one version and split of the store on
+    ``storage``.
 
-    ``records`` (from :func:`stream_records`) are the key and content hash of each item
-    in stream order; ``hashes`` instead reads each chunk's from its sidecar; with neither,
-    items are streamed unchecked.
+    ``chunks`` are as the split index lists them (every row of each chunk file);
+    ``deletions`` says which rows are dead (format 4). ``records`` (from
+    :func:`stream_records`) are the key and content hash of each live item in stream
+    order; ``hashes`` instead reads each chunk's from its sidecar; with neither, items
+    are streamed unchecked.
     """
     source = storage.litdata_input()
     if source is None:
@@ -118,7 +141,7 @@ def open_dataset(
         local,
         version,
         split,
-        chunks,
+        live_chunks(chunks, deletions),
         config.chunk_bytes,
         records,
     )
@@ -134,6 +157,7 @@ def open_dataset(
             records_file=checked,
             chunk_hashes=hashes,
             chunk_root=source.directory,
+            deletions=deletions,
             **kwargs,
         )
     kwargs.setdefault("cache_dir", str(directory / "cache"))
@@ -146,41 +170,105 @@ def open_dataset(
         records_file=checked,
         chunk_hashes=hashes,
         index_path=str(directory / "index.json"),
+        deletions=deletions,
         **kwargs,
     )
 
 
-def stream_records(manifest: pa.Table, chunks: Sequence[ChunkInfo], located: bool = False) -> pa.Table:
-    """``key`` and ``content_hash`` of every item of ``chunks``, in the order litdata numbers them.
+def live_chunks(chunks: Sequence[ChunkInfo], deletions: Deletions | None) -> list[ChunkInfo]:
+    """``chunks`` as a view's index lists them: each chunk's live items as its ``num_items`` (reads nothing).
 
-    ``located``: also each item's ``chunk`` and ``row``.
+    litdata samples, splits and numbers a chunk's items by the count its index gives,
+    so a chunk with dead rows is listed with its live count (its file and byte size
+    unchanged), and :class:`VersionDataset` maps litdata's numbers to the live rows.
 
     Raises:
-        IntegrityError: the manifest does not hold exactly one record for each item of ``chunks``.
+        IntegrityError: the version's record says a chunk has no live row, or more dead
+            rows than it holds (a chunk whose rows are all dead is never listed).
+    """
+    if not deletions:
+        return list(chunks)
+    listed = []
+    for chunk in chunks:
+        live = deletions.live_count(chunk.filename, chunk.num_items)
+        if live < 1:
+            raise IntegrityError(
+                f"the commit record says {deletions.dead_count(chunk.filename)} of the {chunk.num_items} rows of "
+                f"chunk {chunk.filename} are dead, yet its split index lists it: the version is damaged; "
+                "store.verify() lists what is wrong"
+            )
+        listed.append(dataclasses.replace(chunk, num_items=live))
+    return listed
+
+
+def stream_records(
+    manifest: pa.Table, chunks: Sequence[ChunkInfo], located: bool = False, deletions: Deletions | None = None
+) -> pa.Table:
+    """``key`` and ``content_hash`` of every live item of ``chunks``, in the order litdata numbers them.
+
+    ``chunks`` are as the split index lists them (every row); ``deletions`` (format 4)
+    says which rows are dead: litdata numbers only the live ones. ``located``: also each
+    item's ``chunk`` and ``row`` (the row in the chunk file).
+
+    Raises:
+        IntegrityError: the manifest does not hold exactly one record for each live item
+            of ``chunks``, or names a row the deletion vectors say is dead.
     """
     names = [chunk.filename for chunk in chunks]
-    sizes = np.array([chunk.num_items for chunk in chunks], dtype=np.int64)
+    stored = np.array([chunk.num_items for chunk in chunks], dtype=np.int64)
+    sizes = np.array([chunk.num_items for chunk in live_chunks(chunks, deletions)], dtype=np.int64)
     starts = np.concatenate([[0], np.cumsum(sizes)])
     total = int(starts[-1])
     listed = manifest.filter(pc.is_in(manifest.column("chunk"), pa.array(names, pa.string())))
     chunk_ids = pc.index_in(listed.column("chunk"), pa.array(names, pa.string())).to_numpy(zero_copy_only=False)
     rows = listed.column("row").to_numpy().astype(np.int64)
-    positions = starts[chunk_ids] + rows
-    if len(positions) != total or bool((rows >= sizes[chunk_ids]).any()) or len(np.unique(positions)) != total:
+    outside = bool(((rows < 0) | (rows >= stored[chunk_ids])).any())
+    places = rows if outside else _live_positions(chunks, chunk_ids, rows, deletions)
+    positions = starts[chunk_ids] + places
+    if outside or len(positions) != total or bool((places < 0).any()) or len(np.unique(positions)) != total:
         raise IntegrityError(
             f"the manifest lists {len(positions)} records in the {len(names)} chunks of this split, "
-            f"whose index says they hold {total} items: the version's index or manifest is damaged"
+            f"whose index and deletion vectors say they hold {total} live items: the version's index, "
+            "manifest or deletion vectors are damaged; store.verify() lists what is wrong"
         )
     columns = ["key", "content_hash", "chunk", "row"] if located else ["key", "content_hash"]
     return listed.select(columns).take(pa.array(np.argsort(positions)))
 
 
-def in_stream_order(rows: pa.Table, chunks: Sequence[ChunkInfo]) -> pa.Table:
+def _live_positions(
+    chunks: Sequence[ChunkInfo], chunk_ids: np.ndarray, rows: np.ndarray, deletions: Deletions | None
+) -> np.ndarray:
+    """Where each of ``rows`` (of chunk ``chunks[chunk_ids]``, all in range) is among its chunk's live rows;
+    -1 for a dead one. Reads the deletion vectors of those chunks with dead rows only."""
+    if not deletions or not len(rows):
+        return rows
+    places = rows.copy()
+    order = np.argsort(chunk_ids, kind="stable")
+    present, firsts = np.unique(chunk_ids[order], return_index=True)
+    lasts = [*firsts[1:].tolist(), len(order)]
+    for chunk_id, first, last in zip(present.tolist(), firsts.tolist(), lasts, strict=True):
+        chunk = chunks[chunk_id]
+        live = deletions.live(chunk.filename, chunk.num_items)
+        if live is None:
+            continue
+        mine = order[first:last]
+        found = np.searchsorted(live, rows[mine])
+        alive = found < len(live)
+        alive[alive] = live[found[alive]] == rows[mine][alive]
+        places[mine] = np.where(alive, found, -1)
+    return places
+
+
+def in_stream_order(rows: pa.Table, chunks: Sequence[ChunkInfo], deletions: Deletions | None = None) -> pa.Table:
     """Those of ``rows`` (``key``, ``content_hash``, ``chunk``, ``row``) in ``chunks``, in the order litdata
     numbers their items.
 
+    ``deletions`` (format 4) says which rows of ``chunks`` are dead: rows are in stream
+    order when sorted by chunk and row, dead ones or not, but none may be dead.
+
     Raises:
-        IntegrityError: a row names an item its chunk does not hold (the index it came from is damaged).
+        IntegrityError: a row names an item its chunk does not hold, or one that is
+            dead (the index it came from is damaged).
     """
     position = {chunk.filename: index for index, chunk in enumerate(chunks)}
     sizes = np.array([chunk.num_items for chunk in chunks], dtype=np.int64)
@@ -193,6 +281,11 @@ def in_stream_order(rows: pa.Table, chunks: Sequence[ChunkInfo]) -> pa.Table:
         raise IntegrityError(
             "the key index names items past the end of their chunks in this split: the version's index is "
             "damaged; store.verify() checks it"
+        )
+    if len(numbers) and bool((_live_positions(chunks, chunk_ids, numbers, deletions) < 0).any()):
+        raise IntegrityError(
+            "the key index names items that the version's deletion vectors say are dead: the version's index or "
+            "deletion vectors are damaged; store.verify() checks them"
         )
     return rows.take(pa.array(np.lexsort((numbers, chunk_ids))))
 
@@ -313,8 +406,17 @@ class VersionDataset(StreamingDataset):
     resume) and yields decoded records, each checked against its committed content hash
     unless the dataset was made with ``verify_records=False``. Build it with ``store.dataset(...)``.
 
-    The committed hashes come from ``records_file`` (every item's, in stream order) or
-    from ``chunk_hashes`` (each chunk's sidecar, read as the chunk is reached).
+    The committed hashes come from ``records_file`` (every live item's, in stream order)
+    or from ``chunk_hashes`` (each chunk's sidecar, read as the chunk is reached).
+
+    **Dead rows (format 4).** The view's index lists each chunk's live count, so litdata
+    samples, shuffles, splits and resumes over live items only; ``deletions`` says which
+    rows they are, and each item litdata numbers is read from its row: item ``i`` of a
+    chunk is its ``i``-th live row. Each process reads the deletion vector of a chunk when
+    it first reads an item of it, so a DataLoader worker reads only its own chunks'.
+    litdata's own reader (remote chunks, and ``dataset[i]``) is handed the row,
+    and its item loader the number of rows each chunk file holds (see
+    :meth:`_create_cache`), so its checks of a chunk's header still hold.
     """
 
     def __init__(
@@ -327,6 +429,7 @@ class VersionDataset(StreamingDataset):
         records_file: Path | None = None,
         chunk_hashes: ChunkHashes | None = None,
         chunk_root: str | None = None,
+        deletions: Deletions | None = None,
         **kwargs: Any,
     ) -> None:
         self._plain_http = plain_http
@@ -336,6 +439,14 @@ class VersionDataset(StreamingDataset):
         self._transforms: list[Callable[[Any], Any]] = (
             [] if transform is None else list(transform) if isinstance(transform, list) else [transform]
         )
+        self._deletions = deletions if deletions else None
+        if self._deletions is not None and kwargs.get("window_direct_io"):
+            raise InvalidArgumentError(
+                "window_direct_io reads chunks' items without litstore, so it cannot skip the rows this version "
+                "deleted: stream this version without it (or compact the store first)"
+            )
+        # Rows each chunk file holds, dead ones included (what its header says).
+        self._stored_rows = {chunk.filename: chunk.num_items for chunk in chunks}
         super().__init__(input_dir, **kwargs)
         # Local chunks (names relative to ``chunk_root``) are decoded a block of items at a
         # time, read through the local storage backend and its checks; remote ones go
@@ -345,6 +456,8 @@ class VersionDataset(StreamingDataset):
         self._check: RecordCheck | None = None  # made on first use: it names keys from the records file
         self._decoded_index = -1
         self._decoded_start = 0  # litdata's number of the decoded chunk's first item
+        self._live_index = -1  # the chunk whose live rows _live_rows holds
+        self._live_rows: np.ndarray | None = None
         self.identity = dict(identity)
         self._records_file = records_file
         self._chunk_hashes = chunk_hashes
@@ -354,13 +467,15 @@ class VersionDataset(StreamingDataset):
         self._keys: pa.ChunkedArray | None = None
         if records_file is not None:
             self._open_records()
-        # litdata numbers items across the chunks it streams (all of them unless subsampled):
-        # item g of its chunk c is row g - litdata_starts[c], our record stream_starts[c] + row.
-        starts = np.cumsum([0] + [chunk.num_items for chunk in chunks])[:-1]
+        # litdata numbers the live items across the chunks it streams (all of them unless
+        # subsampled): item g of its chunk c is live item g - litdata_starts[c] of the chunk,
+        # our record stream_starts[c] + that.
+        sizes = {chunk.filename: chunk.num_items for chunk in live_chunks(chunks, self._deletions)}
+        starts = np.cumsum([0] + [sizes[chunk.filename] for chunk in chunks])[:-1]
         ours = {chunk.filename: int(start) for chunk, start in zip(chunks, starts, strict=True)}
         files = list(self.subsampled_files) or [chunk.filename for chunk in chunks]
-        sizes = {chunk.filename: chunk.num_items for chunk in chunks}
         self._files = files
+        self._stored: list[int] = [self._stored_rows[name] for name in files]
         self._litdata_starts: list[int] = np.concatenate([[0], np.cumsum([sizes[name] for name in files])]).tolist()
         self._stream_starts: list[int] = [ours[name] for name in files]
 
@@ -368,7 +483,8 @@ class VersionDataset(StreamingDataset):
         state = dict(self.__dict__)
         # Memory-mapped (or bound to this dataset): each process opens or makes its own.
         state["_expected"] = state["_keys"] = state["_decoded"] = state["_check"] = None
-        state["_decoded_index"] = -1
+        state["_live_rows"] = None
+        state["_decoded_index"] = state["_live_index"] = -1
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -387,18 +503,44 @@ class VersionDataset(StreamingDataset):
             f"{self._litdata_starts[-1]} records, shuffle={self.shuffle}{checked}, streaming from {source}>"
         )
 
+    def _create_cache(self, worker_env: _WorkerEnv) -> Cache:
+        """litdata's cache (reader) for this process, its item loader told how many rows each chunk file holds.
+
+        The view's ``index.json`` lists each chunk's live count, from which litdata
+        computes, once, as the reader's config loads, the intervals it samples and
+        numbers. Its item loader keeps the same list and checks each chunk's header
+        against it before mapping the file (``PyTreeLoader._ensure_chunk_mmap``, also
+        when it warms the next chunks of a local stream): a chunk with dead rows holds
+        more. So, once the config is loaded, the loader gets its own copy of the list
+        with the rows each file holds, and :meth:`__getitem__` hands litdata the row
+        of each item, never its live number. ``tests/streaming/test_holes.py`` pins this.
+        """
+        cache = super()._create_cache(worker_env=worker_env)
+        if self._deletions is not None:
+            loader = cache._reader._item_loader
+            listed = getattr(loader, "_chunks", None)
+            if listed is not None:
+                loader._chunks = [
+                    {**entry, "chunk_size": self._stored_rows.get(entry["filename"], entry["chunk_size"])}
+                    for entry in listed
+                ]
+        return cache
+
     def __getitem__(self, index: Any) -> Any:
-        if type(index) is ChunkedIndex and self._chunk_storage is not None:
-            return self._record(index.chunk_index, index.index)
         if isinstance(index, slice):
             return [self[position] for position in range(*index.indices(len(self)))]
-        item = super().__getitem__(index)
-        if isinstance(index, str):
-            return item
-        if isinstance(index, int):
-            record = self._checked(item, bisect.bisect_right(self._litdata_starts, index) - 1, index)
-        else:
-            record = self._checked(item, index.chunk_index, index.index)
+        if type(index) is ChunkedIndex and self._chunk_storage is not None:
+            return self._record(index.chunk_index, index.index)
+        whole = isinstance(index, (int, np.integer)) and not isinstance(index, bool)
+        if whole and 0 <= index < self._litdata_starts[-1]:  # dataset[i]: litdata's per-item path, as on S3
+            index = ChunkedIndex(index=int(index), chunk_index=bisect.bisect_right(self._litdata_starts, index) - 1)
+        if type(index) is not ChunkedIndex:
+            return super().__getitem__(index)  # a key (litdata's keyed access), or litdata's error
+        begin = self._litdata_starts[index.chunk_index]
+        position = int(index.index) - begin
+        row = self._row(index.chunk_index, position)
+        item = super().__getitem__(index if row == position else dataclasses.replace(index, index=begin + row))
+        record = self._checked(item, index.chunk_index, position, row)
         for transform in self._transforms:
             record = transform(record)
         return record
@@ -434,19 +576,38 @@ class VersionDataset(StreamingDataset):
         except (RuntimeError, ValueError, IndexError, OSError) as exc:
             raise _damaged_chunk(self.identity, exc) from exc
 
+    def _live(self, chunk_index: int) -> np.ndarray | None:
+        """The live rows of chunk ``chunk_index`` (litdata's number), or ``None`` when every row is live.
+
+        Raises:
+            IntegrityError: its deletion vector is missing or damaged.
+        """
+        if self._deletions is None:
+            return None
+        if self._live_index != chunk_index:
+            self._live_rows = self._deletions.live(self._files[chunk_index], self._stored[chunk_index])
+            self._live_index = chunk_index
+        return self._live_rows
+
+    def _row(self, chunk_index: int, position: int) -> int:
+        """The row of chunk ``chunk_index`` holding its live item ``position``."""
+        live = self._live(chunk_index)
+        return position if live is None else int(live[position])
+
     def _record(self, chunk_index: int, number: int) -> Any:
         """Item ``number`` (litdata's numbering) of local chunk ``chunk_index``, checked, decoded and transformed."""
         chunk = self._decoded
         if chunk is None or self._decoded_index != chunk_index:
             chunk = self._decode(chunk_index)
-        record = chunk.take(int(number) - self._decoded_start)
+        record = chunk.take(int(number) - self._decoded_start)  # the chunk's live items, numbered as litdata does
         for transform in self._transforms:
             record = transform(record)
         return record
 
     def _decode(self, chunk_index: int) -> DecodedChunk:
         """Map local chunk ``chunk_index`` for decoding (see :mod:`litstore.read.decoded`), releasing the last one."""
-        expected = None
+        live = self._live(chunk_index)
+        expected: bytes | memoryview | None = None
         if self._records_file is not None:
             if self._expected is None:
                 self._open_records()
@@ -454,35 +615,44 @@ class VersionDataset(StreamingDataset):
             start = 16 * self._stream_starts[chunk_index]
             size = self._litdata_starts[chunk_index + 1] - self._litdata_starts[chunk_index]
             expected = self._expected[start : start + 16 * size]
+            if live is not None:  # the records file holds live items only: a dead row's place (unread) is zero
+                every = np.zeros((self._stored[chunk_index], 16), dtype=np.uint8)
+                every[live] = np.frombuffer(expected, dtype=np.uint8).reshape(-1, 16)
+                expected = every.tobytes()
         elif self._chunk_hashes is not None:
             expected = self._hashes_of(chunk_index)
         name = self._files[chunk_index]
         self._decoded = None  # release the previous chunk before mapping the next
         assert self._chunk_storage is not None
-        chunk = self._decoded = DecodedChunk(self._chunk_storage.mapped(name), name, expected, self._record_check())
+        mapped = self._chunk_storage.mapped(name)
+        chunk = self._decoded = DecodedChunk(mapped, name, expected, self._record_check(), live)
+        if chunk.row_count != self._stored[chunk_index]:
+            raise IntegrityError(
+                f"chunk {name} holds {chunk.row_count} items; its split index lists {self._stored[chunk_index]}: the "
+                "chunk or the version's index is damaged; store.verify() lists every damaged record"
+            )
         self._decoded_index = chunk_index
         self._decoded_start = self._litdata_starts[chunk_index]
         return chunk
 
-    def _checked(self, item: bytes, chunk_index: int, number: int) -> Any:
-        """The record of ``item`` (litdata's item ``number``, in its chunk ``chunk_index``), checked if records are."""
-        row = number - self._litdata_starts[chunk_index]
+    def _checked(self, item: bytes, chunk_index: int, position: int, row: int) -> Any:
+        """The record of ``item`` (live item ``position``, at ``row``, of chunk ``chunk_index``), checked if
+        records are."""
         expected = None
         if self._records_file is not None:
             if self._expected is None:
                 self._open_records()
             assert self._expected is not None
-            position = self._stream_starts[chunk_index] + row
-            expected = self._expected[16 * position : 16 * position + 16]
+            place = self._stream_starts[chunk_index] + position
+            expected = self._expected[16 * place : 16 * place + 16]
         elif self._chunk_hashes is not None:
             expected = self._hashes_of(chunk_index)[16 * row : 16 * row + 16]
         return self._record_check().record(self._files[chunk_index], row, item, expected)
 
     def _hashes_of(self, chunk_index: int) -> memoryview:
-        """The committed content hashes of the items of chunk ``chunk_index`` (litdata's number), from its sidecar."""
+        """The committed content hashes of every row of chunk ``chunk_index`` (litdata's number), from its sidecar."""
         assert self._chunk_hashes is not None
-        count = self._litdata_starts[chunk_index + 1] - self._litdata_starts[chunk_index]
-        return self._chunk_hashes.of(self._files[chunk_index], count)
+        return self._chunk_hashes.of(self._files[chunk_index], self._stored[chunk_index])
 
     def _record_check(self) -> RecordCheck:
         if self._check is None:
@@ -499,8 +669,10 @@ class VersionDataset(StreamingDataset):
         if self._keys is None:
             self._open_records()
         assert self._keys is not None
-        start = self._stream_starts[self._files.index(chunk)]
-        return list(self._keys.take(pa.array(rows + start)).to_pylist())
+        chunk_index = self._files.index(chunk)
+        live = self._live(chunk_index)
+        positions = np.asarray(rows, dtype=np.int64) if live is None else np.searchsorted(live, rows)
+        return list(self._keys.take(pa.array(positions + self._stream_starts[chunk_index])).to_pylist())
 
     def _open_records(self) -> None:
         assert self._records_file is not None

@@ -59,15 +59,20 @@ _ALONE: Final = _Marker("decoded on its own when asked for")
 
 
 class DecodedChunk:
-    """Every item of one chunk, checked (if ``expected`` is given) and decoded block by block as it is asked for.
+    """Every live item of one chunk, checked (if ``expected`` is given) and decoded block by block as it is asked for.
+
+    Items are numbered from 0 in row order. Where ``live`` is given (a format-4 chunk
+    with dead rows), they are its live rows only: item ``i`` is row ``live[i]``, blocks
+    are of live items, and a dead row is never checked, decoded or handed out.
 
     Args:
         data: the whole chunk, mapped by its storage backend (which refuses links and
             anything but regular files).
         name: the chunk's name, for error messages.
-        expected: the committed content hashes of its items, 16 bytes each, in row order;
-            ``None`` to skip the check.
+        expected: the committed content hashes of its rows (all of them, dead ones
+            included), 16 bytes each, in row order; ``None`` to skip the check.
         check: names damaged items (their version and keys); default: by chunk and row alone.
+        live: the live rows, increasing and below the chunk's row count; ``None``: every row.
 
     Raises:
         IntegrityError: the chunk's header is damaged, or it holds another number of
@@ -80,6 +85,7 @@ class DecodedChunk:
         name: str,
         expected: bytes | memoryview | None,
         check: RecordCheck | None = None,
+        live: np.ndarray | None = None,
     ) -> None:
         self.name = name
         self._offsets = chunk_layout.item_offsets(data, name)
@@ -87,19 +93,31 @@ class DecodedChunk:
         count = len(self._offsets) - 1
         if expected is not None and len(expected) != 16 * count:
             raise IntegrityError(f"chunk {name} holds {count} items; {len(expected) // 16} were committed")
+        if live is not None and len(live) and int(live[-1]) >= count:
+            raise IntegrityError(f"chunk {name} holds {count} items; row {int(live[-1])} is said to be live")
         self._expected = None if expected is None else np.frombuffer(expected, np.uint8).reshape(-1, 16)
         self._check = check if check is not None else RecordCheck(None)
-        self._records: list[Any] = [_PENDING] * count
+        self._rows = None if live is None else np.asarray(live, dtype=np.int64)
+        self._records: list[Any] = [_PENDING] * (count if live is None else len(live))
 
     def __len__(self) -> int:
         return len(self._records)
 
+    @property
+    def row_count(self) -> int:
+        """The rows the chunk holds, dead ones included (its header's item count)."""
+        return len(self._offsets) - 1
+
+    def row(self, item: int) -> int:
+        """The row of item ``item``."""
+        return item if self._rows is None else int(self._rows[item])
+
     def payload(self, row: int) -> memoryview:
-        """The stored bytes of item ``row``."""
+        """The stored bytes of row ``row``."""
         return chunk_layout.item_payload(self._view, self._offsets, row)
 
-    def take(self, row: int) -> Any:
-        """The decoded record of item ``row``, checked against its committed content hash (if one was given).
+    def take(self, item: int) -> Any:
+        """The decoded record of item ``item``, checked against its committed content hash (if one was given).
 
         The chunk forgets the record as it hands it out (streaming asks for each item
         once an epoch; asked again, its block is decoded again), so a worker holds only
@@ -112,14 +130,15 @@ class DecodedChunk:
                 is not one canonical record.
         """
         records = self._records
-        record = records[row]
+        record = records[item]
         if record is _PENDING:
-            self._decode_block(row // BLOCK_ITEMS)
-            record = records[row]
-        records[row] = _PENDING
+            self._decode_block(item // BLOCK_ITEMS)
+            record = records[item]
+        records[item] = _PENDING
         if record is _DAMAGED:
-            raise self._check.mismatch(self.name, np.array([row]))
+            raise self._check.mismatch(self.name, np.array([self.row(item)]))
         if record is _ALONE:
+            row = self.row(item)
             expected = None if self._expected is None else self._expected[row].tobytes()
             return self._check.record(self.name, row, self.payload(row), expected)
         return record
@@ -128,13 +147,22 @@ class DecodedChunk:
         """Check and decode the items of ``block``, filling their places in the list of records."""
         first = block * BLOCK_ITEMS
         last = min(first + BLOCK_ITEMS, len(self._records))
-        offsets = self._offsets[first : last + 1]
+        if self._rows is None:
+            offsets = self._offsets[first : last + 1]
+            starts, ends = offsets[:-1], offsets[1:]
+            expected = None if self._expected is None else self._expected[first:last]
+            decoded = codec.decode_framed(self._view, offsets)
+        else:  # live rows only: the dead ones between them are passed over unread
+            rows = self._rows[first:last]
+            starts, ends = self._offsets[rows], self._offsets[rows + 1]
+            expected = None if self._expected is None else self._expected[rows]
+            decoded = codec.decode_framed_rows(self._view, self._offsets, rows)
         damaged: list[int] = []
-        if self._expected is not None:
-            starts = (offsets[:-1] + chunk_layout.ITEM_HEADER).tolist()
-            payloads = list(map(self._view.__getitem__, map(slice, starts, offsets[1:].tolist())))
-            damaged = (mismatched(payloads, self._expected[first:last]) + first).tolist()
-        decoded = codec.decode_framed(self._view, offsets)
+        if expected is not None:
+            payloads = list(
+                map(self._view.__getitem__, map(slice, (starts + chunk_layout.ITEM_HEADER).tolist(), ends.tolist()))
+            )
+            damaged = (mismatched(payloads, expected) + first).tolist()
         self._records[first:last] = decoded if decoded is not None else [_ALONE] * (last - first)
-        for row in damaged:
-            self._records[row] = _DAMAGED
+        for item in damaged:
+            self._records[item] = _DAMAGED
