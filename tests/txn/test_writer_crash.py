@@ -253,10 +253,12 @@ def _kill_points(base: Path, scratch: Path) -> list[KillPoint]:
         # written and the leases removed.
         commit_at = len(names) - names[::-1].index("put_if_absent")
         after = {(name, path if name == "write" else "") for name, path in calls[commit_at:]}
-        assert names[:2] == ["staging", "write"] and after <= {("delete", ""), ("write", layout.HEAD_HINT)}, names
+        # A delete stages nothing and writes no chunk: it marks the rows dead (format 4).
+        first = ["write"] if operation == "delete" else ["staging", "write"]
+        assert names[: len(first)] == first and after <= {("delete", ""), ("write", layout.HEAD_HINT)}, names
         final, _ = _outcome(operation, committed=True)
         assert calls[commit_at - 1][1] == f"versions/{final:08d}.json"
-        assert "write" in names and len(chunks) >= 3, (names, chunks)
+        assert "write" in names and (len(chunks) == 0 if operation == "delete" else len(chunks) >= 3), (names, chunks)
         steps = list(enumerate(calls, start=1))
         if operation == "append-after-rival":
             # The lost commit, the clean-up and the second attempt: kill before each step of
@@ -273,12 +275,12 @@ def _kill_points(base: Path, scratch: Path) -> list[KillPoint]:
             commits = index > commit_at or (index == commit_at and when == "after")
             points.append(KillPoint(operation, "storage", index, when, commits, " ".join(calls[index - 1])))
         # Chunk writes: every chunk of the append torn half-way, plus the first one never
-        # written and the last one written in full; one torn chunk of the upsert and delete.
+        # written and the last one written in full; one torn chunk of the upsert (a delete writes none).
         # (The rival's own chunk writes would count too: no chunk kill points there.)
         if operation == "append":
             chunk_steps = [(index, "torn") for index in range(1, len(chunks) + 1)]
             chunk_steps += [(1, "before"), (len(chunks), "after")]
-        elif operation in ("upsert", "delete"):
+        elif operation == "upsert":
             chunk_steps = [(len(chunks) // 2 + 1, "torn")]
         else:
             chunk_steps = []
