@@ -255,6 +255,8 @@ def touched_rows(
     low_rows, high_rows = rows
     if not _accounts_for(low, high, _fingerprint(low_rows), _fingerprint(high_rows)):
         return None
+    if not _counts_agree(low, high, low_rows, high_rows):
+        return None
     return (low_rows, high_rows) if old is low else (high_rows, low_rows)
 
 
@@ -390,6 +392,26 @@ def _accounts_for(low: Version, high: Version, low_sum: int | None, high_sum: in
         return False
     expected = int(high.fingerprint, 16) - int(low.fingerprint, 16)
     return (expected - (high_sum - low_sum)) % hashing.FINGERPRINT_MODULUS == 0
+
+
+def _counts_agree(low: Version, high: Version, low_rows: pa.Table, high_rows: pa.Table) -> bool:
+    """Whether the touched keys' rows explain how each split's count changed from ``low`` to ``high``.
+
+    The fingerprint does not cover splits: a ``deleted`` row whose split was changed
+    after its commit would report the key removed from another split. Records the rows
+    leave out are in the same split in both versions and cancel, as in the fingerprint.
+    """
+
+    def per_split(rows: pa.Table) -> dict[str, int]:
+        counted = pc.value_counts(rows.column("split")).to_pylist() if rows.num_rows else []
+        return {str(entry["values"]): int(entry["counts"]) for entry in counted}
+
+    low_counts, high_counts = per_split(low_rows), per_split(high_rows)
+    splits = set(low.counts) | set(high.counts) | set(low_counts) | set(high_counts)
+    return all(
+        high.counts.get(split, 0) - low.counts.get(split, 0) == high_counts.get(split, 0) - low_counts.get(split, 0)
+        for split in splits
+    )
 
 
 def _fingerprint(rows: pa.Table) -> int | None:
