@@ -140,7 +140,7 @@ def probe_build(spec: dict[str, Any]) -> dict[str, Any]:
 
     def table(first: int) -> Any:
         made = record_table(first, min(first + step, n), payload)
-        if spec.get("live"):
+        if spec.get("live") and doomed is not None:
             import numpy as np
 
             keep = ~np.isin(np.arange(first, first + made.num_rows), doomed)

@@ -1,18 +1,19 @@
-"""Costs that should not grow with the store: issue 18's benchmark table, each figure in a fresh process.
+"""Costs that should not grow with the store: issues 18's and 19's benchmark tables, each figure in a fresh process.
 
 Run it with::
 
     python benchmarks/bench_scale.py [--n 1000000 4000000 16000000] [--writes 10 1000]
         [--upsert-every 2] [--big-records [N]] [--only FIGURES | --skip FIGURES]
-        [--formats 2 3] [--no-lance] [--workers 0 2] [--rounds 2] [--build-n 1000000]
-        [--dicts-n 200000] [--json FILE] [--keep DIR] [--timeout SECONDS]
+        [--formats 3 4] [--no-lance] [--workers 0 2] [--rounds 2] [--build-n 1000000]
+        [--dicts-n 200000] [--compact] [--json FILE] [--keep DIR] [--timeout SECONDS]
 
 For each ``N`` it builds, untimed (its time and peak memory are shown as ``build``),
 stores of ``N`` small records (``{"id": "rec-%09d", "label": int, "payload": 32 random
 bytes}``, about 40 bytes each) by appending Arrow tables of 500,000 rows one after
-another, so building takes bounded memory at any ``N``: a litstore store of format 2 (the
-manifest composed on first use), one of format 3 (key runs on disk,
-:mod:`litstore.format.keyrun`), and, if ``pylance`` is importable, a Lance dataset
+another, so building takes bounded memory at any ``N``: a litstore store of each of
+``--formats`` (2: the manifest composed on first use; 3: key runs on disk,
+:mod:`litstore.format.keyrun`, changes copy-on-write; 4, the default: changes mark rows
+dead in deletion vectors), and, if ``pylance`` is importable, a Lance dataset
 written by ``write_dataset`` with a BTREE scalar index on ``id``. ``--big-records`` adds
 a size of 1M (or the given number of) records of 1 KiB, built in tables of ~128 MiB.
 
@@ -43,6 +44,25 @@ memory (``VmHWM``, imports included). Each figure that leaves the store as it wa
   64 MiB) and writes a key run and manifest delta for all its records: a count whose
   upserts would leave less than 2 GiB of disk free is skipped (``failed``), its need
   projected from what the previous upserts took.
+- ``upsert`` (issue 19; on stores built for it, Lance's with stable row ids): open,
+  then upsert 100 random existing keys with new content (Lance: ``merge_insert("id")``,
+  update all matched, insert the rest, on the BTREE-indexed ``id``); each of ``--rounds``
+  takes other keys, the fastest is kept. Also its peak memory against an empty store's
+  process that only opens it, and the bytes and count of the files new or rewritten by
+  it (fewest and most of the rounds: the first change after a bulk build writes a full
+  manifest checkpoint), against the upserted records' own bytes (key + 8 + payload each).
+- ``delete``: the same for deleting 100 random keys (Lance: ``delete("id IN (...)")``).
+- ``diff``: ``store.diff(a, b)`` of the versions before and after the last upsert, then
+  the last delete (Lance: ``delta(begin_version=a, end_version=b)`` with its inserted,
+  updated and deleted rows read).
+- ``holes``: one epoch of ``store.dataset()`` through a torch ``DataLoader`` (0 workers)
+  of a store of ``N`` records of which one in 10, at random, were then deleted in one
+  call, against the same live records written with no holes, in records/s (Lance:
+  ``to_batches()``, for reference).
+- ``compact`` (slow: only with ``--compact`` or ``--only``): 1,000 appends of 100 to a
+  store of ``N``, then ``compact()`` (Lance: ``optimize.compact_files()``); then open +
+  first lookup, one epoch (0 workers) and an append of 100, each against the same on a
+  store of the same records built in appends of 500,000 rows.
 - ``build`` (once, ``--build-n`` records): ``store.append(table)`` of one Arrow table and
   ``store.ingest(fn, inputs, num_workers=2)`` (``fn`` makes 1,000 dicts per input),
   against ``lance.write_dataset(table)``, in records/s.
@@ -51,10 +71,12 @@ memory (``VmHWM``, imports included). Each figure that leaves the store as it wa
   10 ``lance.write_dataset(pa.Table.from_pylist(dicts))`` of the same dicts made in the
   process, in records/s.
 
-Printed (stdout, markdown): a table per size with each figure for litstore format 2,
-format 3 and Lance, each format's ratio to what the figure is compared with (Lance unless
-the ``against`` column says otherwise) and the issue's target; then the growth exponent k
-(cost ~ N^k, least squares over the sizes run) of every figure. Progress goes to stderr.
+Printed (stdout, markdown): a table per size with each figure for each litstore format
+and Lance, each format's ratio to what the figure is compared with (Lance unless the
+``against`` column says otherwise) and the issue's target, and what each change wrote by
+kind of file; then the growth exponent k (cost ~ N^k, least squares over the sizes run)
+of every figure; then, per format, the figures with a target as the README shows them
+(a column per size). Progress goes to stderr.
 ``--json FILE`` writes the rows, the k table and every probe's raw output (rewritten after
 each size, so a long run leaves what it measured). A probe that fails (a process killed
 for memory, say) shows as ``failed``; a store whose build failed is left out of its size.
@@ -777,15 +799,17 @@ def written(before: dict[str, tuple[int, int]], after: dict[str, tuple[int, int]
     return {"bytes": sum(changed.values()), "files": len(changed), "kinds": dict(sorted(kinds.items()))}
 
 
+#: The ends of file names a write's files are grouped by (litstore's, then Lance's), longest first.
+FILE_ENDS = ".checkpoint.parquet .parquet .bin .hashes .keys .deletions .json .lance .arrow .manifest .txn".split()
+
+
 def file_kind(path: str) -> str:
     """A file's top folder and the end of its name: ``fragments/*.bin``, ``_deletions/*.arrow``."""
     top, _, rest = path.partition("/")
     name = rest.rsplit("/", 1)[-1]
     if not rest:
         return path
-    ends = (".checkpoint.parquet", ".parquet", ".bin", ".hashes", ".keys", ".deletions", ".json")
-    ends += (".lance", ".arrow", ".manifest", ".txn")
-    return f"{top}/*" + next((end for end in ends if name.endswith(end)), "")
+    return f"{top}/*" + next((end for end in FILE_ENDS if name.endswith(end)), "")
 
 
 def largest_chunk(root: Path) -> int:
