@@ -226,8 +226,8 @@ def largest_worker(results: dict[str, Result | None]) -> dict[str, float | None]
     }
 
 
-def rates(results: dict[str, Result], records: int) -> dict[str, float | None]:
-    return {kind: records / seconds if (seconds := value(result)) else None for kind, result in results.items()}
+def rates(results: dict[str, Result], records: int, metric: str = "seconds") -> dict[str, float | None]:
+    return {kind: records / took if (took := value(result, metric)) else None for kind, result in results.items()}
 
 
 def run_process(command: list[str], timeout: float | None) -> Result:
@@ -668,6 +668,16 @@ class Bench:
         self.add(
             size, "↳ the same live records, no holes", "records/s", rates(without, records), failed=failures(without)
         )
+        self.add(
+            size,
+            "↳ the same epoch, records per CPU second (steadier on a loaded machine)",
+            "records/s",
+            rates(with_holes, records, "cpu_seconds"),
+            failed=failures(with_holes),
+            against="the same live records with no holes",
+            references={kind: rates(without, records, "cpu_seconds").get(kind) for kind in self.ours},
+            **goal("holes"),
+        )
         self.figure(size, f"↳ setup: delete of 1 row in {HOLES} in one call", "s", made, "delete_seconds")
         self.discard(folder)
 
@@ -702,6 +712,17 @@ class Bench:
                 **goal("compacted"),
             )
             self.figure(size, f"↳ {name}, {against}", "s", reference)
+            if op == "epoch":
+                self.figure(
+                    size,
+                    f"↳ {name}, CPU seconds",
+                    "s",
+                    after,
+                    "cpu_seconds",
+                    against=against,
+                    references={kind: value(reference.get(kind), "cpu_seconds") for kind in self.ours},
+                    **goal("compacted"),
+                )
         self.discard(folder)
 
     def discard(self, folder: Path) -> None:
