@@ -678,6 +678,8 @@ class Bench:
             references={kind: rates(without, records, "cpu_seconds").get(kind) for kind in self.ours},
             **goal("holes"),
         )
+        self.figure(size, "↳ of the epoch: open to the first batch", "s", with_holes, "first_seconds")
+        self.figure(size, "↳ the same, no holes", "s", without, "first_seconds")
         self.figure(size, f"↳ setup: delete of 1 row in {HOLES} in one call", "s", made, "delete_seconds")
         self.discard(folder)
 
