@@ -290,6 +290,21 @@ class Bench:
             kind: self.best(op, kind, root, n=size.n, payload=size.payload, **params) for kind, root in roots.items()
         }
 
+    def paired(
+        self, op: str, first: tuple[dict[str, Path], Size], second: tuple[dict[str, Path], Size], **params: Any
+    ) -> tuple[dict[str, Result], dict[str, Result]]:
+        """``each`` on two sets of stores, rounds interleaved: a shared machine's slow and fast phases fall on both."""
+        runs: tuple[dict[str, list[Result]], dict[str, list[Result]]] = ({}, {})
+        for number in range(self.args.rounds):
+            for kind in self.kinds:
+                for got, (roots, size) in zip(runs, (first, second), strict=True):
+                    if kind in roots:
+                        result = self.call(
+                            op, kind, roots[kind], n=size.n, payload=size.payload, round=number, **params
+                        )
+                        got.setdefault(kind, []).append(result)
+        return fastest_of_each(runs[0]), fastest_of_each(runs[1])
+
     def build(
         self, folder: Path, size: Size, kinds: Sequence[str], **params: Any
     ) -> tuple[dict[str, Path], dict[str, Result]]:
@@ -578,7 +593,7 @@ class Bench:
                 kind: [self.write(op, kind, root, size, number) for number in range(self.args.rounds)]
                 for kind, root in roots.items()
             }
-            got = {kind: fastest(each) for kind, each in runs.items()}
+            got = fastest_of_each(runs)
             changes[op] = {kind: each[-1] for kind, each in runs.items()}
             what = f"{op} {CHANGED} random {'existing keys (new content)' if op == 'upsert' else 'keys'}"
             lance_api = "merge_insert" if op == "upsert" else "delete"
@@ -654,7 +669,7 @@ class Bench:
         holes, made = self.build(folder / "holes", size, self.kinds, holes=True)
         live, _ = self.build(folder / "live", size, self.kinds, live=True)
         params = {"records": records, "batch_size": self.args.batch_size}
-        with_holes, without = self.each("epoch", holes, size, **params), self.each("epoch", live, size, **params)
+        with_holes, without = self.paired("epoch", (holes, size), (live, size), **params)
         self.add(
             size,
             f"stream one epoch, 1 row in {HOLES} deleted at random (0 workers)",
@@ -703,7 +718,7 @@ class Bench:
             ("epoch", "stream one epoch (0 workers)", params),
             ("append", f"append {SMALL_WRITE} records", {}),
         ):
-            after, reference = self.each(op, appended, size, **extra), self.each(op, one, whole, **extra)
+            after, reference = self.paired(op, (appended, size), (one, whole), **extra)
             self.figure(
                 size,
                 f"{label}: {name}",
@@ -801,6 +816,10 @@ class Bench:
 def fastest(runs: Sequence[Result]) -> Result:
     good = [run for run in runs if "error" not in run]
     return min(good, key=lambda run: float(run["seconds"])) if good else runs[-1]
+
+
+def fastest_of_each(runs: dict[str, list[Result]]) -> dict[str, Result]:
+    return {kind: fastest(each) for kind, each in runs.items()}
 
 
 def snapshot(root: Path) -> dict[str, tuple[int, int]]:
