@@ -34,6 +34,9 @@ LOOKUPS = 10_000  # keys asked by get_many
 STREAMED = 10_000  # records a dataset probe streams before reading the processes' peaks
 REFERENCE_RECORDS = 10_000  # records of the store whose loader workers are the reference
 SMALL_WRITE = 100  # records per append or upsert of the writes
+CHANGED = 100  # random keys a change figure upserts or deletes
+HOLES = 10  # the holes figure deletes one row in HOLES at random
+MANY_APPENDS = 1_000  # appends of SMALL_WRITE records before compact()
 INGEST_BLOCK = 1_000  # small records made per ingest input (build)
 DICTS_BLOCK = 100  # 1 KiB records made per ingest input (dicts)
 DICTS_APPENDS = 10
@@ -65,6 +68,41 @@ def record_table(start: int, stop: int, payload_bytes: int, prefix: str = "rec",
     return pa.table({"id": keys, "label": labels, "payload": payloads.cast(pa.binary())})
 
 
+def keyed_table(numbers: list[int], payload_bytes: int, salt: str, label: int) -> Any:
+    """Records of the keys ``rec-<number>`` with new content: ``label`` and payloads seeded by ``salt``."""
+    import pyarrow as pa
+
+    rng = random.Random(f"{SEED}-{salt}")
+    return pa.table(
+        {
+            "id": [f"rec-{number:09d}" for number in numbers],
+            "label": pa.array([label] * len(numbers), pa.int64()),
+            "payload": pa.array([rng.randbytes(payload_bytes) for _ in numbers], pa.binary()),
+        }
+    )
+
+
+def record_bytes(table: Any) -> int:
+    """The records' own bytes: each key, an 8-byte label and the payload."""
+    columns = table.to_pydict()
+    return sum(len(key) + 8 + len(payload) for key, payload in zip(columns["id"], columns["payload"], strict=True))
+
+
+def changed_numbers(n: int, op: str, number: int) -> list[int]:
+    """The ``CHANGED`` random record numbers that round ``number`` of ``op`` touches; deletes never repeat a key."""
+    if op == "upsert":
+        return sorted(random.Random(f"{SEED}-upsert-{number}").sample(range(n), min(CHANGED, n)))
+    picked = random.Random(f"{SEED}-delete").sample(range(n), min(CHANGED * (number + 1), n))
+    return sorted(picked[CHANGED * number :])
+
+
+def doomed_numbers(n: int) -> Any:
+    """The record numbers the holes figure deletes: one in ``HOLES``, at random (a numpy array, sorted)."""
+    import numpy as np
+
+    return np.sort(np.random.default_rng([SEED, n, HOLES]).choice(n, n // HOLES, replace=False))
+
+
 def small_block(bounds: tuple[int, int]) -> list[dict[str, Any]]:
     """The small records of one ingest input (module level: ingest workers import it)."""
     return list(record_table(*bounds, SMALL_PAYLOAD).to_pylist())
@@ -87,24 +125,187 @@ def lookup_key(n: int) -> str:
 
 
 def probe_build(spec: dict[str, Any]) -> dict[str, Any]:
-    """Build the store (setup): tables appended one after another, then Lance's BTREE index."""
+    """Build the store (setup): tables appended one after another, then Lance's BTREE index.
+
+    ``holes``: then delete :func:`doomed_numbers` in one call; ``live``: leave those records
+    out of the tables instead (the same live records, with no holes). ``stable_row_ids``:
+    the Lance dataset keeps stable row ids (what ``delta()`` needs to report updated and
+    deleted rows).
+    """
+    import pyarrow as pa
+
     root, n, payload = spec["root"], spec["n"], spec["payload"]
     step = rows_per_table(payload)
+    doomed = doomed_numbers(n) if spec.get("holes") or spec.get("live") else None
+
+    def table(first: int) -> Any:
+        made = record_table(first, min(first + step, n), payload)
+        if spec.get("live") and doomed is not None:
+            import numpy as np
+
+            keep = ~np.isin(np.arange(first, first + made.num_rows), doomed)
+            made = made.filter(pa.array(keep))
+        return made
+
+    deleted = None
     start = time.perf_counter()
     if spec["kind"] == LANCE:
         lance = _lance()
+        stable = {"enable_stable_row_ids": True} if spec.get("stable_row_ids") else {}
         if n == 0:
-            lance.write_dataset(record_table(0, 0, payload), root)
+            lance.write_dataset(record_table(0, 0, payload), root, **stable)
         for first in range(0, n, step):
-            table = record_table(first, min(first + step, n), payload)
-            lance.write_dataset(table, root, mode="append" if first else "create")
+            lance.write_dataset(table(first), root, mode="append" if first else "create", **stable)
         if n:
             lance.dataset(root).create_scalar_index("id", index_type="BTREE")
+        if spec.get("holes") and doomed is not None:
+            deleting = time.perf_counter()
+            lance.dataset(root).delete("label IN (" + ", ".join(map(str, doomed.tolist())) + ")")
+            deleted = time.perf_counter() - deleting
     else:
         store = _litstore().Store.create(root, key="id", format_version=spec["format"])
         for first in range(0, n, step):
-            store.append(record_table(first, min(first + step, n), payload))
-    return {"seconds": time.perf_counter() - start, "table_rows": step}
+            store.append(table(first))
+        if spec.get("holes") and doomed is not None:
+            keys = [f"rec-{number:09d}" for number in doomed.tolist()]
+            deleting = time.perf_counter()
+            store.delete(keys)
+            deleted = time.perf_counter() - deleting
+    return {"seconds": time.perf_counter() - start, "table_rows": step, "delete_seconds": deleted}
+
+
+def probe_open(spec: dict[str, Any]) -> dict[str, Any]:
+    """Open the store and nothing else: the reference process of the change figures' memory."""
+    start = time.perf_counter()
+    if spec["kind"] == LANCE:
+        _lance().dataset(spec["root"])
+    else:
+        _litstore().open(spec["root"])
+    return {"seconds": time.perf_counter() - start}
+
+
+def probe_upsert(spec: dict[str, Any]) -> dict[str, Any]:
+    """Open, then upsert ``CHANGED`` random existing keys with new content (Lance: ``merge_insert`` on ``id``)."""
+    n, number, root = spec["n"], spec["round"], spec["root"]
+    table = keyed_table(changed_numbers(n, "upsert", number), spec["payload"], f"upsert-{number}", -1 - number)
+    if spec["kind"] == LANCE:
+        lance = _lance()
+        start = time.perf_counter()
+        dataset = lance.dataset(root)
+        old = dataset.version
+        stats = dataset.merge_insert("id").when_matched_update_all().when_not_matched_insert_all().execute(table)
+        seconds = time.perf_counter() - start
+        new, replaced = lance.dataset(root).version, stats["num_updated_rows"]
+    else:
+        start = time.perf_counter()
+        store = _litstore().open(root)
+        old = store.version.number
+        version = store.upsert(table)
+        seconds = time.perf_counter() - start
+        new, replaced = version.number, version.replaced
+    if replaced != table.num_rows:
+        raise AssertionError(f"the upsert replaced {replaced} records, expected {table.num_rows}")
+    return {"seconds": seconds, "old": old, "new": new, "records_bytes": record_bytes(table)}
+
+
+def probe_delete(spec: dict[str, Any]) -> dict[str, Any]:
+    """Open, then delete ``CHANGED`` random keys (Lance: ``delete("id IN (...)")``)."""
+    root = spec["root"]
+    keys = [f"rec-{number:09d}" for number in changed_numbers(spec["n"], "delete", spec["round"])]
+    if spec["kind"] == LANCE:
+        lance = _lance()
+        start = time.perf_counter()
+        dataset = lance.dataset(root)
+        old = dataset.version
+        stats = dataset.delete("id IN (" + ", ".join(f"'{key}'" for key in keys) + ")")
+        seconds = time.perf_counter() - start
+        new, removed = lance.dataset(root).version, stats["num_deleted_rows"]
+    else:
+        start = time.perf_counter()
+        store = _litstore().open(root)
+        old = store.version.number
+        version = store.delete(keys)
+        seconds = time.perf_counter() - start
+        new, removed = version.number, version.removed
+    if removed != len(keys):
+        raise AssertionError(f"the delete removed {removed} records, expected {len(keys)}")
+    return {"seconds": seconds, "old": old, "new": new}
+
+
+def probe_diff(spec: dict[str, Any]) -> dict[str, Any]:
+    """Open, then the change from version ``old`` to ``new``: ``store.diff`` (Lance: ``delta()``, its rows read)."""
+    root, old, new = spec["root"], spec["old"], spec["new"]
+    if spec["kind"] == LANCE:
+        start = time.perf_counter()
+        delta = _lance().dataset(root).delta(begin_version=old, end_version=new)
+        counts = {
+            "added": delta.get_inserted_rows().read_all().num_rows,
+            "changed": delta.get_updated_rows().read_all().num_rows,
+            "removed": delta.get_deleted_row_ids().read_all().num_rows,
+        }
+        seconds = time.perf_counter() - start
+    else:
+        start = time.perf_counter()
+        diff = _litstore().open(root).diff(old, new)
+        counts = {"added": diff.added.num_rows, "changed": diff.changed.num_rows, "removed": diff.removed.num_rows}
+        seconds = time.perf_counter() - start
+        if counts != spec["expect"]:
+            raise AssertionError(f"diff {old}..{new} counted {counts}, expected {spec['expect']}")
+    return {"seconds": seconds, **counts}
+
+
+def probe_epoch(spec: dict[str, Any]) -> dict[str, Any]:
+    """Open, then stream one epoch: ``store.dataset()`` through a torch ``DataLoader`` (Lance: ``to_batches()``).
+
+    ``cpu_seconds`` (the process's CPU time, all its threads) varies less than the wall
+    time on a machine shared with other work; ``first_seconds``: open to the first batch.
+    """
+    batch_size = spec["batch_size"]
+    start, cpu = time.perf_counter(), time.process_time()
+    if spec["kind"] == LANCE:
+        batches: Any = iter(_lance().dataset(spec["root"]).to_batches(batch_size=batch_size))
+    else:
+        from torch.utils.data import DataLoader
+
+        batches = iter(DataLoader(_litstore().open(spec["root"]).dataset(), batch_size=batch_size, num_workers=0))
+    streamed = batch_rows(next(batches))
+    first = time.perf_counter() - start
+    streamed += sum(batch_rows(batch) for batch in batches)
+    seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
+    if streamed != spec["records"]:
+        raise AssertionError(f"one epoch streamed {streamed} records, expected {spec['records']}")
+    return {"seconds": seconds, "cpu_seconds": cpu, "first_seconds": first, "records": streamed}
+
+
+def batch_rows(batch: Any) -> int:
+    """Records in a batch: an Arrow record batch (Lance) or a collated dict of columns (a DataLoader)."""
+    return int(batch.num_rows) if hasattr(batch, "num_rows") else len(batch["id"])
+
+
+def probe_appends(spec: dict[str, Any]) -> dict[str, Any]:
+    """``MANY_APPENDS`` appends of ``SMALL_WRITE`` records numbered from ``n`` on, in one process (setup)."""
+    root, n, payload = spec["root"], spec["n"], spec["payload"]
+    tables = (record_table(n + SMALL_WRITE * i, n + SMALL_WRITE * (i + 1), payload) for i in range(MANY_APPENDS))
+    start = time.perf_counter()
+    if spec["kind"] == LANCE:
+        lance = _lance()
+        for table in tables:
+            lance.write_dataset(table, root, mode="append")
+    else:
+        store = _litstore().open(root)
+        for table in tables:
+            store.append(table)
+    return {"seconds": time.perf_counter() - start}
+
+
+def probe_compact(spec: dict[str, Any]) -> dict[str, Any]:
+    """Open, then ``store.compact()`` (Lance: ``optimize.compact_files()``)."""
+    start = time.perf_counter()
+    if spec["kind"] == LANCE:
+        _lance().dataset(spec["root"]).optimize.compact_files()
+    else:
+        _litstore().open(spec["root"]).compact()
+    return {"seconds": time.perf_counter() - start}
 
 
 def probe_lookup(spec: dict[str, Any]) -> dict[str, Any]:
@@ -281,6 +482,13 @@ def probe_dicts(spec: dict[str, Any]) -> dict[str, Any]:
 
 PROBES: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
     "build": probe_build,
+    "open": probe_open,
+    "upsert": probe_upsert,
+    "delete": probe_delete,
+    "diff": probe_diff,
+    "epoch": probe_epoch,
+    "appends": probe_appends,
+    "compact": probe_compact,
     "lookup": probe_lookup,
     "get_many": probe_get_many,
     "append": probe_append,
@@ -326,7 +534,7 @@ def run_probe(spec: dict[str, Any]) -> None:
     start = time.perf_counter()
     modules = ["numpy", "pandas", "pyarrow", "pyarrow.compute"]
     modules += ["lance"] if spec["kind"] == LANCE else ["litstore", "duckdb"]  # litstore imports DuckDB when needed
-    modules += ["torch", "litdata"] if spec["op"] == "dataset" and spec["kind"] != LANCE else []
+    modules += ["torch", "litdata"] if spec["op"] in ("dataset", "epoch") and spec["kind"] != LANCE else []
     modules += ["xxhash"] if spec["op"] == "floor" else []
     for name in modules:
         importlib.import_module(name)

@@ -1,18 +1,19 @@
-"""Costs that should not grow with the store: issue 18's benchmark table, each figure in a fresh process.
+"""Costs that should not grow with the store: issues 18's and 19's benchmark tables, each figure in a fresh process.
 
 Run it with::
 
     python benchmarks/bench_scale.py [--n 1000000 4000000 16000000] [--writes 10 1000]
         [--upsert-every 2] [--big-records [N]] [--only FIGURES | --skip FIGURES]
-        [--formats 2 3] [--no-lance] [--workers 0 2] [--rounds 2] [--build-n 1000000]
-        [--dicts-n 200000] [--json FILE] [--keep DIR] [--timeout SECONDS]
+        [--formats 3 4] [--no-lance] [--workers 0 2] [--rounds 2] [--build-n 1000000]
+        [--dicts-n 200000] [--compact] [--json FILE] [--keep DIR] [--timeout SECONDS]
 
 For each ``N`` it builds, untimed (its time and peak memory are shown as ``build``),
 stores of ``N`` small records (``{"id": "rec-%09d", "label": int, "payload": 32 random
 bytes}``, about 40 bytes each) by appending Arrow tables of 500,000 rows one after
-another, so building takes bounded memory at any ``N``: a litstore store of format 2 (the
-manifest composed on first use), one of format 3 (key runs on disk,
-:mod:`litstore.format.keyrun`), and, if ``pylance`` is importable, a Lance dataset
+another, so building takes bounded memory at any ``N``: a litstore store of each of
+``--formats`` (2: the manifest composed on first use; 3: key runs on disk,
+:mod:`litstore.format.keyrun`, changes copy-on-write; 4, the default: changes mark rows
+dead in deletion vectors), and, if ``pylance`` is importable, a Lance dataset
 written by ``write_dataset`` with a BTREE scalar index on ``id``. ``--big-records`` adds
 a size of 1M (or the given number of) records of 1 KiB, built in tables of ~128 MiB.
 
@@ -43,6 +44,25 @@ memory (``VmHWM``, imports included). Each figure that leaves the store as it wa
   64 MiB) and writes a key run and manifest delta for all its records: a count whose
   upserts would leave less than 2 GiB of disk free is skipped (``failed``), its need
   projected from what the previous upserts took.
+- ``upsert`` (issue 19; on stores built for it, Lance's with stable row ids): open,
+  then upsert 100 random existing keys with new content (Lance: ``merge_insert("id")``,
+  update all matched, insert the rest, on the BTREE-indexed ``id``); each of ``--rounds``
+  takes other keys, the fastest is kept. Also its peak memory against an empty store's
+  process that only opens it, and the bytes and count of the files new or rewritten by
+  it (fewest and most of the rounds: the first change after a bulk build writes a full
+  manifest checkpoint), against the upserted records' own bytes (key + 8 + payload each).
+- ``delete``: the same for deleting 100 random keys (Lance: ``delete("id IN (...)")``).
+- ``diff``: ``store.diff(a, b)`` of the versions before and after the last upsert, then
+  the last delete (Lance: ``delta(begin_version=a, end_version=b)`` with its inserted,
+  updated and deleted rows read).
+- ``holes``: one epoch of ``store.dataset()`` through a torch ``DataLoader`` (0 workers)
+  of a store of ``N`` records of which one in 10, at random, were then deleted in one
+  call, against the same live records written with no holes, in records/s (Lance:
+  ``to_batches()``, for reference).
+- ``compact`` (slow: only with ``--compact`` or ``--only``): 1,000 appends of 100 to a
+  store of ``N``, then ``compact()`` (Lance: ``optimize.compact_files()``); then open +
+  first lookup, one epoch (0 workers) and an append of 100, each against the same on a
+  store of the same records built in appends of 500,000 rows.
 - ``build`` (once, ``--build-n`` records): ``store.append(table)`` of one Arrow table and
   ``store.ingest(fn, inputs, num_workers=2)`` (``fn`` makes 1,000 dicts per input),
   against ``lance.write_dataset(table)``, in records/s.
@@ -51,10 +71,12 @@ memory (``VmHWM``, imports included). Each figure that leaves the store as it wa
   10 ``lance.write_dataset(pa.Table.from_pylist(dicts))`` of the same dicts made in the
   process, in records/s.
 
-Printed (stdout, markdown): a table per size with each figure for litstore format 2,
-format 3 and Lance, each format's ratio to what the figure is compared with (Lance unless
-the ``against`` column says otherwise) and the issue's target; then the growth exponent k
-(cost ~ N^k, least squares over the sizes run) of every figure. Progress goes to stderr.
+Printed (stdout, markdown): a table per size with each figure for each litstore format
+and Lance, each format's ratio to what the figure is compared with (Lance unless the
+``against`` column says otherwise) and the issue's target, and what each change wrote by
+kind of file; then the growth exponent k (cost ~ N^k, least squares over the sizes run)
+of every figure; then, per format, the figures with a target as the README shows them
+(a column per size). Progress goes to stderr.
 ``--json FILE`` writes the rows, the k table and every probe's raw output (rewritten after
 each size, so a long run leaves what it measured). A probe that fails (a process killed
 for memory, say) shows as ``failed``; a store whose build failed is left out of its size.
@@ -81,10 +103,13 @@ from typing import Any
 from _common import dir_bytes, print_markdown, workdir
 from _scale_probes import (
     BIG_PAYLOAD,
+    CHANGED,
     DICTS_APPENDS,
+    HOLES,
     INGEST_WORKERS,
     LANCE,
     LOOKUPS,
+    MANY_APPENDS,
     REFERENCE_RECORDS,
     SMALL_PAYLOAD,
     SMALL_WRITE,
@@ -112,10 +137,20 @@ TARGETS: dict[str, tuple[str, tuple[str, float] | None]] = {
     "get_many": ("≤ 1.0x Lance", ("<=", 1.0)),
     "build": ("≥ 0.5x Lance", (">=", 0.5)),
     "dicts": ("≥ 1.0x Lance", (">=", 1.0)),
+    # issue 19's
+    "upsert": ("≤ 1.0x Lance `merge_insert` at every N; k ≤ 0.2", ("<=", 1.0)),
+    "delete": ("≤ 1.0x Lance `delete`; k ≤ 0.2", ("<=", 1.0)),
+    "upsert bytes": ("≤ 4x the upserted records' bytes + O(touched chunks) small files", ("<=", 4.0)),
+    "diff": ("≤ 1.0x Lance `delta()`", ("<=", 1.0)),
+    "holes": ("≥ 0.95x the same records with no holes", (">=", 0.95)),
+    "change memory": ("≤ 1.3x an empty store's process", ("<=", 1.3)),
+    "compacted": ("≤ 1.1x a store written in one append", ("<=", 1.1)),
 }
 
-FIGURES = ("lookup", "get_many", "dataset", "verify", "gc", "append", "writes", "build", "dicts")
-PER_SIZE = FIGURES[:7]
+PER_SIZE = ("lookup", "get_many", "dataset", "verify", "gc", "append", "writes", "upsert", "delete", "diff", "holes")
+SLOW = ("compact",)  # run only when asked for (--compact, or --only)
+FIGURES = (*PER_SIZE, "build", "dicts", *SLOW)
+MAIN_STORES = PER_SIZE[:7]  # the figures measured on the stores built first (the others build their own)
 
 # -- the driver --------------------------------------------------------------------------------
 
@@ -191,8 +226,8 @@ def largest_worker(results: dict[str, Result | None]) -> dict[str, float | None]
     }
 
 
-def rates(results: dict[str, Result], records: int) -> dict[str, float | None]:
-    return {kind: records / seconds if (seconds := value(result)) else None for kind, result in results.items()}
+def rates(results: dict[str, Result], records: int, metric: str = "seconds") -> dict[str, float | None]:
+    return {kind: records / took if (took := value(result, metric)) else None for kind, result in results.items()}
 
 
 def run_process(command: list[str], timeout: float | None) -> Result:
@@ -220,7 +255,8 @@ class Bench:
 
     def __init__(self, args: argparse.Namespace, base: Path) -> None:
         self.args, self.base = args, base
-        self.figures = [name for name in (args.only or FIGURES) if name not in args.skip]
+        chosen = args.only or [name for name in FIGURES if name not in SLOW or name in args.slow]
+        self.figures = [name for name in chosen if name not in args.skip]
         self.kinds = [f"litstore-{version}" for version in args.formats] + ([LANCE] if args.lance else [])
         self.ours = [kind for kind in self.kinds if kind != LANCE]
         self.rows: list[Row] = []
@@ -254,9 +290,28 @@ class Bench:
             kind: self.best(op, kind, root, n=size.n, payload=size.payload, **params) for kind, root in roots.items()
         }
 
-    def build(self, folder: Path, size: Size, kinds: Sequence[str]) -> tuple[dict[str, Path], dict[str, Result]]:
+    def paired(
+        self, op: str, first: tuple[dict[str, Path], Size], second: tuple[dict[str, Path], Size], **params: Any
+    ) -> tuple[dict[str, Result], dict[str, Result]]:
+        """``each`` on two sets of stores, rounds interleaved: a shared machine's slow and fast phases fall on both."""
+        runs: tuple[dict[str, list[Result]], dict[str, list[Result]]] = ({}, {})
+        for number in range(self.args.rounds):
+            for kind in self.kinds:
+                for got, (roots, size) in zip(runs, (first, second), strict=True):
+                    if kind in roots:
+                        result = self.call(
+                            op, kind, roots[kind], n=size.n, payload=size.payload, round=number, **params
+                        )
+                        got.setdefault(kind, []).append(result)
+        return fastest_of_each(runs[0]), fastest_of_each(runs[1])
+
+    def build(
+        self, folder: Path, size: Size, kinds: Sequence[str], **params: Any
+    ) -> tuple[dict[str, Path], dict[str, Result]]:
         """A store of ``size`` per kind, and the builds' results; a kind whose build failed has no root."""
-        built = {kind: self.call("build", kind, folder / kind, n=size.n, payload=size.payload) for kind in kinds}
+        built = {
+            kind: self.call("build", kind, folder / kind, n=size.n, payload=size.payload, **params) for kind in kinds
+        }
         return {kind: folder / kind for kind, result in built.items() if "error" not in result}, built
 
     # -- rows
@@ -282,15 +337,21 @@ class Bench:
             return self.references[payload]
         got: dict[str, Result] = {}
         section = {"section": "references" + (" x 1 KiB" if payload == BIG_PAYLOAD else "")}
-        if {"lookup", "writes"} & set(self.figures):
+        if {"lookup", "writes", "upsert", "delete"} & set(self.figures):
             size = Size(0, payload)
             roots, _ = self.build(self.base / f"empty-{payload}", size, self.kinds)
+        if {"lookup", "writes"} & set(self.figures):
             empties = self.each("lookup", roots, size, key=lookup_key(0))
             got.update({f"empty {kind}": result for kind, result in empties.items()})
             self.figure(size, "empty store: open + lookup of a missing key", "s", empties, **section)
             self.figure(size, "↳ imports before the clock", "s", empties, "imports_seconds", **section)
             self.figure(size, "↳ memory after the imports", "MiB", empties, "imports_mib", **section)
             self.figure(size, "↳ peak memory", "MiB", empties, "peak_mib", **section)
+        if {"upsert", "delete"} & set(self.figures):
+            opened = self.each("open", roots, size)
+            got.update({f"open {kind}": result for kind, result in opened.items()})
+            self.figure(size, "empty store: open (nothing else)", "s", opened, **section)
+            self.figure(size, "↳ peak memory", "MiB", opened, "peak_mib", **section)
         if "dataset" in self.figures:
             size = Size(REFERENCE_RECORDS, payload)
             roots, _ = self.build(self.base / f"ref-{payload}", size, self.ours)
@@ -316,25 +377,32 @@ class Bench:
     def measure_size(self, size: Size) -> None:
         begun = time.perf_counter()
         reference = self.reference(size.payload)
-        folder = self.base / f"n{size.n}-{size.payload}"
-        roots, built = self.build(folder, size, self.kinds)
-        name = f"build (setup: tables of {rows_per_table(size.payload):,} rows appended)"
-        self.figure(size, name, "s", built, against="lance", references=self.lance_of(built))
-        self.figure(
-            size,
-            "↳ peak memory of the build",
-            "MiB",
-            built,
-            "peak_mib",
-            against="lance",
-            references=self.lance_of(built, "peak_mib"),
-        )
-        before = self.measure_reads(size, roots, reference)
-        self.measure_writes(size, roots, reference, before)
-        self.add(size, "size on disk", "MiB", {kind: dir_bytes(root) / 2**20 for kind, root in roots.items()})
+        if set(MAIN_STORES) & set(self.figures):
+            folder = self.base / f"n{size.n}-{size.payload}"
+            roots, built = self.build(folder, size, self.kinds)
+            name = f"build (setup: tables of {rows_per_table(size.payload):,} rows appended)"
+            self.figure(size, name, "s", built, against="lance", references=self.lance_of(built))
+            self.figure(
+                size,
+                "↳ peak memory of the build",
+                "MiB",
+                built,
+                "peak_mib",
+                against="lance",
+                references=self.lance_of(built, "peak_mib"),
+            )
+            before = self.measure_reads(size, roots, reference)
+            self.measure_writes(size, roots, reference, before)
+            self.add(size, "size on disk", "MiB", {kind: dir_bytes(root) / 2**20 for kind, root in roots.items()})
+            self.discard(folder)
+        if {"upsert", "delete", "diff"} & set(self.figures):
+            self.measure_changes(size, reference)
+        if "holes" in self.figures:
+            self.measure_holes(size)
+        if "compact" in self.figures:
+            self.measure_compact(size)
         took = time.perf_counter() - begun
         print(f"[{time.perf_counter() - self.started:6.0f} s] size {size.label} took {took:.0f} s", file=sys.stderr)
-        self.discard(folder)
 
     def measure_reads(self, size: Size, roots: dict[str, Path], reference: dict[str, Result]) -> dict[str, Result]:
         """The figures that leave the stores as they were; the first lookups' results."""
@@ -505,6 +573,175 @@ class Bench:
             )
             self.figure(size, f"↳ the writes up to {done:,} (setup, one process)", "s", made)
 
+    def measure_changes(self, size: Size, reference: dict[str, Result]) -> None:
+        """Upserts and deletes of random keys, what they write, and the diffs of the versions they make.
+
+        The stores are built for these figures (Lance's with stable row ids, without which
+        ``delta()`` reports no updated or deleted rows). Each of ``--rounds`` upserts (then
+        deletes) takes other keys; the fastest is kept. The diffs are of the last round's
+        versions, each run ``--rounds`` times.
+        """
+        folder = self.base / f"n{size.n}-{size.payload}-changes"
+        roots, built = self.build(folder, size, self.kinds, stable_row_ids=True)
+        self.figure(size, "build of the stores changed (setup; Lance with stable row ids)", "s", built)
+        empty = {kind: value(reference.get(f"open {kind}"), "peak_mib") for kind in self.kinds}
+        changes: dict[str, dict[str, Result]] = {}
+        for op in ("upsert", "delete"):
+            if op not in self.figures and "diff" not in self.figures:
+                continue
+            runs = {
+                kind: [self.write(op, kind, root, size, number) for number in range(self.args.rounds)]
+                for kind, root in roots.items()
+            }
+            got = fastest_of_each(runs)
+            changes[op] = {kind: each[-1] for kind, each in runs.items()}
+            what = f"{op} {CHANGED} random {'existing keys (new content)' if op == 'upsert' else 'keys'}"
+            lance_api = "merge_insert" if op == "upsert" else "delete"
+            self.figure(size, what, "s", got, against=f"lance {lance_api}", references=self.lance_of(got), **goal(op))
+            self.figure(
+                size,
+                f"↳ peak memory of the {op} process",
+                "MiB",
+                got,
+                "peak_mib",
+                against="an empty store's process (open + nothing)",
+                references={kind: empty.get(kind) for kind in self.ours},
+                **goal("change memory"),
+            )
+            wrote = {kind: [run["written"] for run in each if "written" in run] for kind, each in runs.items()}
+            records = {kind: value(got.get(kind), "records_bytes") for kind in self.ours} if op == "upsert" else {}
+            for name, pick in (("fewest", min), ("most", max)):
+                picked = {kind: pick(each, key=lambda w: int(w["bytes"])) for kind, each in wrote.items() if each}
+                self.add(
+                    size,
+                    f"{'↳ ' if name == 'most' else ''}bytes written by the {op}, {name} of the rounds",
+                    "bytes",
+                    {kind: float(picked[kind]["bytes"]) if kind in picked else None for kind in wrote},
+                    failed=failures(got),
+                    against="the upserted records' bytes" if records else "",
+                    references=records,
+                    extra={"written": picked, "op": op},
+                    **(goal("upsert bytes") if records and name == "fewest" else {}),
+                )
+            files = {kind: float(min(w["files"] for w in each)) if each else None for kind, each in wrote.items()}
+            self.add(size, f"↳ files new or rewritten by the {op}, fewest of the rounds", "files", files)
+        if "diff" in self.figures:
+            expected = {
+                "upsert": {"added": 0, "changed": CHANGED, "removed": 0},
+                "delete": {"added": 0, "changed": 0, "removed": CHANGED},
+            }
+            for op, made in changes.items():
+                got = {
+                    kind: self.best(
+                        "diff", kind, roots[kind], old=result["old"], new=result["new"], expect=expected[op]
+                    )
+                    for kind, result in made.items()
+                    if "error" not in result
+                }
+                self.figure(
+                    size,
+                    f"diff of the versions before/after the {op}",
+                    "s",
+                    got,
+                    against="lance delta() (its rows read)",
+                    references=self.lance_of(got),
+                    **goal("diff"),
+                    extra={
+                        "counts": {
+                            kind: {k: r.get(k) for k in ("added", "changed", "removed")} for kind, r in got.items()
+                        }
+                    },
+                )
+        self.discard(folder)
+
+    def write(self, op: str, kind: str, root: Path, size: Size, number: int) -> Result:
+        """Round ``number`` of an upsert or delete, with what it wrote: the files new or rewritten after it."""
+        before = snapshot(root)
+        result = self.call(op, kind, root, n=size.n, payload=size.payload, round=number)
+        if "error" not in result:
+            result["written"] = written(before, snapshot(root))
+        return result
+
+    def measure_holes(self, size: Size) -> None:
+        """One epoch of a store with one row in ``HOLES`` deleted at random, against its live records with no holes."""
+        folder = self.base / f"n{size.n}-{size.payload}-holes"
+        records = size.n - size.n // HOLES
+        holes, made = self.build(folder / "holes", size, self.kinds, holes=True)
+        live, _ = self.build(folder / "live", size, self.kinds, live=True)
+        params = {"records": records, "batch_size": self.args.batch_size}
+        with_holes, without = self.paired("epoch", (holes, size), (live, size), **params)
+        self.add(
+            size,
+            f"stream one epoch, 1 row in {HOLES} deleted at random (0 workers)",
+            "records/s",
+            rates(with_holes, records),
+            failed=failures(with_holes),
+            against="the same live records with no holes",
+            references={kind: rates(without, records).get(kind) for kind in self.ours},
+            **goal("holes"),
+        )
+        self.add(
+            size, "↳ the same live records, no holes", "records/s", rates(without, records), failed=failures(without)
+        )
+        self.add(
+            size,
+            "↳ the same epoch, records per CPU second (steadier on a loaded machine)",
+            "records/s",
+            rates(with_holes, records, "cpu_seconds"),
+            failed=failures(with_holes),
+            against="the same live records with no holes",
+            references={kind: rates(without, records, "cpu_seconds").get(kind) for kind in self.ours},
+            **goal("holes"),
+        )
+        self.figure(size, "↳ of the epoch: open to the first batch", "s", with_holes, "first_seconds")
+        self.figure(size, "↳ the same, no holes", "s", without, "first_seconds")
+        self.figure(size, f"↳ setup: delete of 1 row in {HOLES} in one call", "s", made, "delete_seconds")
+        self.discard(folder)
+
+    def measure_compact(self, size: Size) -> None:
+        """``MANY_APPENDS`` appends of ``SMALL_WRITE``, then ``compact()``, against the same records in big appends."""
+        folder = self.base / f"n{size.n}-{size.payload}-compact"
+        appended, _ = self.build(folder / "appended", size, self.kinds)
+        made = {
+            kind: self.call("appends", kind, root, n=size.n, payload=size.payload) for kind, root in appended.items()
+        }
+        compacted = {kind: self.call("compact", kind, root) for kind, root in appended.items()}
+        whole = Size(size.n + MANY_APPENDS * SMALL_WRITE, size.payload)
+        one, _ = self.build(folder / "one", whole, self.kinds)
+        label = f"after {MANY_APPENDS:,} appends of {SMALL_WRITE} + compact()"
+        against = f"the same records in appends of {rows_per_table(size.payload):,} rows"
+        self.figure(size, f"{MANY_APPENDS:,} appends of {SMALL_WRITE} (setup, one process)", "s", made)
+        self.figure(size, "↳ then compact() (Lance: optimize.compact_files())", "s", compacted)
+        params = {"records": whole.n, "batch_size": self.args.batch_size}
+        for op, name, extra in (
+            ("lookup", "open + first lookup", {"key": lookup_key(size.n)}),
+            ("epoch", "stream one epoch (0 workers)", params),
+            ("append", f"append {SMALL_WRITE} records", {}),
+        ):
+            after, reference = self.paired(op, (appended, size), (one, whole), **extra)
+            self.figure(
+                size,
+                f"{label}: {name}",
+                "s",
+                after,
+                against=against,
+                references={kind: value(reference.get(kind)) for kind in self.ours},
+                **goal("compacted"),
+            )
+            self.figure(size, f"↳ {name}, {against}", "s", reference)
+            if op == "epoch":
+                self.figure(
+                    size,
+                    f"↳ {name}, CPU seconds",
+                    "s",
+                    after,
+                    "cpu_seconds",
+                    against=against,
+                    references={kind: value(reference.get(kind), "cpu_seconds") for kind in self.ours},
+                    **goal("compacted"),
+                )
+        self.discard(folder)
+
     def discard(self, folder: Path) -> None:
         """Remove stores measured (disk is short at 100M), unless ``--keep``."""
         if not self.args.keep:
@@ -576,6 +813,47 @@ class Bench:
         return fitted
 
 
+def fastest(runs: Sequence[Result]) -> Result:
+    good = [run for run in runs if "error" not in run]
+    return min(good, key=lambda run: float(run["seconds"])) if good else runs[-1]
+
+
+def fastest_of_each(runs: dict[str, list[Result]]) -> dict[str, Result]:
+    return {kind: fastest(each) for kind, each in runs.items()}
+
+
+def snapshot(root: Path) -> dict[str, tuple[int, int]]:
+    """Every file under ``root``: its path relative to it -> (size, mtime in ns)."""
+    found = {}
+    for path in root.rglob("*"):
+        if path.is_file() and not path.is_symlink():
+            stat = path.stat()
+            found[path.relative_to(root).as_posix()] = (stat.st_size, stat.st_mtime_ns)
+    return found
+
+
+def written(before: dict[str, tuple[int, int]], after: dict[str, tuple[int, int]]) -> dict[str, Any]:
+    """What a write left: bytes and count of the files new or rewritten, and bytes by kind of file."""
+    changed = {path: size for path, (size, mtime) in after.items() if before.get(path) != (size, mtime)}
+    kinds: dict[str, int] = {}
+    for path, size in changed.items():
+        kinds[file_kind(path)] = kinds.get(file_kind(path), 0) + size
+    return {"bytes": sum(changed.values()), "files": len(changed), "kinds": dict(sorted(kinds.items()))}
+
+
+#: The ends of file names a write's files are grouped by (litstore's, then Lance's), longest first.
+FILE_ENDS = ".checkpoint.parquet .parquet .bin .hashes .keys .deletions .json .lance .arrow .manifest .txn".split()
+
+
+def file_kind(path: str) -> str:
+    """A file's top folder and the end of its name: ``fragments/*.bin``, ``_deletions/*.arrow``."""
+    top, _, rest = path.partition("/")
+    name = rest.rsplit("/", 1)[-1]
+    if not rest:
+        return path
+    return f"{top}/*" + next((end for end in FILE_ENDS if name.endswith(end)), "")
+
+
 def largest_chunk(root: Path) -> int:
     """Bytes of the largest chunk file under a litstore root (0 for Lance): what one small upsert copies."""
     return max((path.stat().st_size for path in root.glob("fragments/*/chunk-*.bin")), default=0)
@@ -598,6 +876,16 @@ def cell(figure: float | None, unit: str) -> str:
         return f"{figure * 1000:,.1f} ms" if figure < 1 else f"{figure:,.2f} s"
     if unit == "MiB":
         return f"{figure:,.0f} MiB"
+    if unit == "bytes":
+        return (
+            f"{figure:,.0f} B"
+            if figure < 2**10
+            else f"{figure / 2**10:,.1f} KiB"
+            if figure < 2**20
+            else f"{figure / 2**20:,.1f} MiB"
+        )
+    if unit == "files":
+        return f"{figure:,.0f}"
     return f"{figure:,.0f}/s"
 
 
@@ -627,6 +915,7 @@ def print_report(bench: Bench) -> None:
             title = f"N = {section} records" + ("" if "KiB" in section else " of ~40 B")
         print(f"\n### {title}\n")
         print_section([row for row in bench.rows if row.section == section], bench.kinds)
+        print_written([row for row in bench.rows if row.section == section])
     fitted = bench.growth()
     if fitted:
         print(f"\n### Growth exponent k (figure ~ N^k) over N = {', '.join(f'{n:,}' for n in sorted(bench.args.n))}\n")
@@ -643,6 +932,50 @@ def print_report(bench: Bench) -> None:
             ],
         )
     print(f"\n{len(bench.probes)} processes, {time.perf_counter() - bench.started:,.0f} s in all")
+
+
+def print_written(rows: Sequence[Row]) -> None:
+    """What each change wrote, by kind of file (the bytes rows' rounds)."""
+    lines = [
+        f"- {row.name.removeprefix('↳ ')}, {kind}: {cell(float(wrote['bytes']), 'bytes')} in {wrote['files']} files: "
+        + ", ".join(f"{name} {cell(float(size), 'bytes')}" for name, size in wrote["kinds"].items())
+        for row in rows
+        if "written" in row.extra
+        for kind, wrote in row.extra["written"].items()
+    ]
+    if lines:
+        print("\nWhat the changes wrote (files new or rewritten), by kind of file:\n")
+        print("\n".join(lines))
+
+
+def print_readme(bench: Bench) -> None:
+    """The figures with a target, one row each and a column per size: ready for the README, per litstore kind."""
+    sizes = [section for section in dict.fromkeys(row.section for row in bench.rows) if section[0].isdigit()]
+    named = [row for row in bench.rows if row.section in sizes and row.target]
+    fitted = {each["name"]: each["k"] for each in bench.growth()}
+    for kind in bench.ours:
+        table = []
+        for name in dict.fromkeys(row.name for row in named):
+            by_size = {row.section: row for row in named if row.name == name}
+            cells, missed = [], []
+            for section in sizes:
+                row = by_size.get(section)
+                if row is None:
+                    cells.append("")
+                    continue
+                shown = "failed" if kind in row.failed else cell(row.values.get(kind), row.unit)
+                reference, ratio = row.references.get(kind), row.ratio(kind)
+                shown += f" ({cell(reference, row.unit)})" if reference is not None and row.unit != "MiB" else ""
+                shown += f" {ratio:.2f}x" if ratio is not None else ""
+                cells.append(shown)
+                if row.met(kind) is False or kind in row.failed:
+                    missed.append(section)
+            k = fitted.get(name, {}).get(kind)
+            row = next(iter(by_size.values()))
+            met = f"**no** at {', '.join(missed)}" if missed else "yes" if row.bound else ""
+            table.append([name, *cells, f"{k:.2f}" if k is not None else "—", row.target, met])
+        print(f"\n### README table, {kind} (value (what it is compared with) ratio)\n")
+        print_markdown(["figure", *sizes, "k (N^k)", "target", "met"], table)
 
 
 def summary(bench: Bench) -> dict[str, Any]:
@@ -685,7 +1018,15 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     )
     parser.add_argument("--only", type=figure_list, default=None, help=f"figures to run, of {','.join(FIGURES)}")
     parser.add_argument("--skip", type=figure_list, default=[], help="figures not to run")
-    parser.add_argument("--formats", type=int, nargs="+", choices=(2, 3), default=[2, 3], help="litstore formats")
+    parser.add_argument("--formats", type=int, nargs="+", choices=(2, 3, 4), default=[3, 4], help="litstore formats")
+    parser.add_argument(
+        "--compact",
+        dest="slow",
+        action="append_const",
+        const="compact",
+        default=[],
+        help=f"also {MANY_APPENDS:,} appends of {SMALL_WRITE}, compact(), then append/lookup/stream (slow)",
+    )
     parser.add_argument("--no-lance", dest="lance", action="store_false", help="litstore only")
     parser.add_argument("--workers", type=int, nargs="+", default=[0, 2], help="DataLoader workers (dataset)")
     parser.add_argument("--batch-size", type=int, default=256, help="DataLoader and to_batches batch size")
@@ -732,6 +1073,7 @@ def main(argv: Sequence[str]) -> int:
             if args.json:
                 args.json.write_text(json.dumps(summary(bench), indent=1, default=str))
         print_report(bench)
+        print_readme(bench)
     return 0
 
 
