@@ -3,8 +3,9 @@
 A lookup reads, per run and process, the run's footer and its table of chunk names,
 page fences and page sums once (:class:`RunReader`), then only the pages that can
 hold the key (one page of 12 KiB, sometimes two): O(log N) bytes, never the
-manifest. Locally the run is memory-mapped and pages are slices of the mapping;
-elsewhere each page is one ranged read, cached in the process. Every page is checked
+manifest. Locally the run is memory-mapped for its tail, a few pages are read (pread)
+and many at once are slices of the mapping; elsewhere each page is one ranged read,
+cached in the process. Every page is checked
 against its sum before it is used (:func:`litstore.format.keyrun.check_page`).
 
 :class:`KeyRuns` answers for a version: for each key, the newest entry whose keyprint
@@ -33,7 +34,9 @@ from litstore.storage import MissingFileError, Storage
 
 #: What :meth:`KeyRuns.find_many` says of each key.
 ABSENT, LIVE, DELETED = 0, 1, 2
-#: Pages of a remote run kept in memory per run (48 MiB of pages as litstore writes them).
+#: Pages read (not sliced from a mapping) kept in memory per run (48 MiB of pages as litstore writes them).
+#: Up to this many pages missing at once are read rather than sliced from a local run's mapping.
+_READ_PAGES = 256
 _CACHED_PAGES = 4096
 
 
@@ -112,12 +115,18 @@ class RunReader:
             tail = self.tail()
             size = tail.page * keyrun.ENTRY.itemsize
             spans = [(number * size, min((number + 1) * size, tail.entries_bytes)) for number in missing]
-            if self._mapped is not None:
+            # A few pages are read (pread locally), not touched through the mapping: on kernels
+            # with large page-cache folios each touched 12 KiB page maps ~2 MiB into the process
+            # (a 100-key write of a 1M-record store mapped the whole 46 MB run). Many pages are
+            # slices of the mapping, read once.
+            sliced = self._mapped is not None and len(missing) > _READ_PAGES
+            if sliced:
+                assert self._mapped is not None
                 data: list[bytes | memoryview] = [self._mapped[start:end] for start, end in spans]
             else:
                 data = [self._storage.read_range(self._ref.path, start, end) for start, end in spans]
             for number, entries in zip(missing, keyrun.check_pages(self._ref.path, tail, missing, data), strict=True):
-                if self._mapped is None and len(self._pages) >= _CACHED_PAGES:
+                if not sliced and len(self._pages) >= _CACHED_PAGES:
                     self._pages.pop(next(iter(self._pages)))
                 self._pages[number] = taken[number] = entries
         return [taken[number] for number in numbers]
