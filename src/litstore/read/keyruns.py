@@ -124,7 +124,7 @@ class RunReader:
                 assert self._mapped is not None
                 data: list[bytes | memoryview] = [self._mapped[start:end] for start, end in spans]
             else:
-                data = [self._storage.read_range(self._ref.path, start, end) for start, end in spans]
+                data = list(self._storage.read_ranges(self._ref.path, spans))
             for number, entries in zip(missing, keyrun.check_pages(self._ref.path, tail, missing, data), strict=True):
                 if not sliced and len(self._pages) >= _CACHED_PAGES:
                     self._pages.pop(next(iter(self._pages)))

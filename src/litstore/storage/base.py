@@ -31,7 +31,7 @@ import re
 import shutil
 import tempfile
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -113,6 +113,11 @@ class Storage(ABC):
 
         Raises :class:`MissingFileError` if there is no file.
         """
+
+    def read_ranges(self, path: str, spans: Sequence[tuple[int, int]]) -> list[bytes]:
+        """:meth:`read_range` of each ``(start, end)`` of ``spans``, in order: what a lookup of many pages of
+        one file reads. A backend that can open the file once for all of them overrides it."""
+        return [self.read_range(path, start, end) for start, end in spans]
 
     @abstractmethod
     def write(self, path: str, data: bytes) -> None:

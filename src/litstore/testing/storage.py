@@ -203,6 +203,14 @@ class StorageTests:
         with pytest.raises(MissingFileError):
             storage.read_range("nothing", 3, 3)
 
+    def test_read_ranges_are_each_read_range(self, storage: Storage) -> None:
+        storage.write("f", b"0123456789")
+        spans = [(2, 5), (0, 1), (8, 100), (5, 2), (50, 60), (9, 10)]
+        assert storage.read_ranges("f", spans) == [storage.read_range("f", start, end) for start, end in spans]
+        assert storage.read_ranges("f", []) == []
+        with pytest.raises(MissingFileError):
+            storage.read_ranges("nothing", [(0, 10)])
+
     # --- put_if_absent --------------------------------------------------------------
 
     def test_put_if_absent_creates_once(self, storage: Storage) -> None:
