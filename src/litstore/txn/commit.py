@@ -133,11 +133,15 @@ def commit(
                 version, chunks, composed = publish(head, current, moves, operation, message, metadata)
             except ConflictError:
                 losses += 1
+                behind = head.version
                 head, touched, dropped = race.catch_up(head)
                 clash = race.clash(head, touched & current.touched_keys())
                 if clash is not None:
                     raise clash from None
-                if dropped & current.touched_chunks or _fields(head) != planned_fields:
+                replan = (
+                    dropped & current.touched_chunks or _marked_since(behind, head.version) & current.dropped_chunks
+                )
+                if replan or _fields(head) != planned_fields:
                     planned_fields = _fields(head)
                     if moves is not None:
                         discard(head.storage, moves)
@@ -160,6 +164,17 @@ def commit(
         if claimed:
             claims.release(head.storage, owner)
     raise ConflictError(f"gave up after {_MAX_ATTEMPTS} attempts to commit; nothing was committed")
+
+
+def _marked_since(old: Version, new: Version) -> set[str]:
+    """The chunks in which the versions after ``old`` up to ``new`` marked rows dead (format 4).
+
+    A plan that drops a chunk moves the rows it found live there; a rival that has
+    since marked one of them dead (an upsert or delete, which leaves the chunk listed)
+    makes those moves stale: moving them would bring the old record back.
+    """
+    before = {ref.chunk: ref for ref in old.deletions}
+    return {ref.chunk for ref in new.deletions if before.get(ref.chunk) != ref}
 
 
 def _secure(head: VersionReader, fragments: Sequence[StagedFragment], owner: str) -> list[tuple[str, str]]:
