@@ -35,7 +35,7 @@ import itertools
 import math
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any, Protocol
 
 import msgpack
@@ -400,21 +400,8 @@ def decode_framed(chunk: memoryview, offsets: Any) -> list[Any] | None:
     count = len(offsets) - 1
     if not count:
         return []
-    base, stop = int(offsets[0]), int(offsets[-1])
-    unpacker = msgpack.Unpacker(max_buffer_size=max(stop - base, 1), **_UNPACK_OPTIONS)
-    unpacker.feed(chunk[base:stop])
-    skip, unpack, tell = unpacker.read_bytes, unpacker.unpack, unpacker.tell
-    records: list[Any] = []
-    append = records.append
-    try:
-        for end in (offsets[1:] - base).tolist():
-            skip(4)
-            append(unpack())
-            if tell() != end:
-                return None
-    except (*_DECODE_FAILURES, msgpack.OutOfData):
-        return None
-    return records
+    base = int(offsets[0])
+    return _unpack_items(chunk, base, itertools.repeat(4), (offsets[1:] - base).tolist())
 
 
 def decode_framed_rows(chunk: memoryview, offsets: Any, rows: Any) -> list[Any] | None:
@@ -427,15 +414,23 @@ def decode_framed_rows(chunk: memoryview, offsets: Any, rows: Any) -> list[Any] 
     if not len(rows):
         return []
     starts, ends = offsets[rows], offsets[rows + 1]
-    base, stop = int(starts[0]), int(ends[-1])
+    base = int(starts[0])
     gaps = starts - np.concatenate([[base], ends[:-1]]) + 4  # the bytes before each payload: its size, dead items
-    unpacker = msgpack.Unpacker(max_buffer_size=max(stop - base, 1), **_UNPACK_OPTIONS)
-    unpacker.feed(chunk[base:stop])
+    return _unpack_items(chunk, base, gaps.tolist(), (ends - base).tolist())
+
+
+def _unpack_items(chunk: memoryview, base: int, gaps: Iterable[int], ends: list[int]) -> list[Any] | None:
+    """One record from each item of ``chunk`` read from ``base`` on: skip ``gaps[i]`` bytes, decode one record,
+    which must end at ``ends[i]`` (relative to ``base``); ``None`` where the bytes do not decode so."""
+    if not ends:
+        return []
+    unpacker = msgpack.Unpacker(max_buffer_size=max(ends[-1], 1), **_UNPACK_OPTIONS)
+    unpacker.feed(chunk[base : base + ends[-1]])
     skip, unpack, tell = unpacker.read_bytes, unpacker.unpack, unpacker.tell
     records: list[Any] = []
     append = records.append
     try:
-        for gap, end in zip(gaps.tolist(), (ends - base).tolist(), strict=True):
+        for gap, end in zip(gaps, ends, strict=False):  # (gaps may repeat without end)
             skip(gap)
             append(unpack())
             if tell() != end:
