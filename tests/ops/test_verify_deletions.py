@@ -11,6 +11,7 @@ never a shorter stream or another record.
 
 from __future__ import annotations
 
+import json
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -187,6 +188,20 @@ def test_a_missing_deletions_file_is_named_and_refused(root: Path) -> None:
     summary = _only_deletion_problems(_verify(root))
     assert "is missing" in summary and path.name in summary
     _walks_refuse(root, "is missing")
+
+
+def test_a_block_length_no_vector_can_have_is_refused_before_it_is_read(root: Path) -> None:
+    """The length comes from the commit record: reading it would allocate that much (here 1 TiB)."""
+    chunk = _holed(root)[0]
+    record_path = root / layout.version_record(litstore.open(root).version.number)
+    record = json.loads(record_path.read_text())
+    ref = next(ref for ref in record["deletions"] if ref["chunk"] == chunk)
+    ref["length"] = 1 << 40
+    record_path.write_text(json.dumps(record))
+
+    summary = _only_deletion_problems(_verify(root))
+    assert f"is {1 << 40} bytes by version" in summary and chunk in summary
+    _walks_refuse(root, "more than any of a chunk")
 
 
 def test_rows_past_the_chunks_end_are_named_and_refused(root: Path) -> None:

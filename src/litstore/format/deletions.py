@@ -59,6 +59,18 @@ def encode(dead: np.ndarray) -> bytes:
     return bytes(bitmap.serialize())
 
 
+def largest_block(num_items: int) -> int:
+    """The most bytes :func:`encode` writes for a chunk of ``num_items`` rows: what a block may claim before it
+    is read (a commit record's length is untrusted; reading it would allocate that much).
+
+    The portable format holds, per 65,536 rows, a 4-byte key and count, a 4-byte offset,
+    and a container of at most 8 KiB (``run_optimize`` keeps the smallest form, and a
+    bitmap container is 8 KiB); plus an 8-byte header.
+    """
+    containers = num_items // 65536 + 1
+    return 8 + containers * (8 + 4 + 8192)
+
+
 def file_bytes(blocks: Iterable[bytes]) -> tuple[bytes, list[tuple[int, int]]]:
     """The deletions file holding ``blocks``, and each block's ``(offset, length)`` in it."""
     parts, places, offset = [MAGIC], [], len(MAGIC)

@@ -71,6 +71,12 @@ class Deletions:
         if found is not None:
             self._decoded.move_to_end(chunk)
             return found
+        if ref.length > deletion_format.largest_block(num_items):
+            raise IntegrityError(
+                f"the deletion vector of chunk {chunk} in {ref.path} is {ref.length} bytes by version "
+                f"{self._number}'s commit record, more than any of a chunk of {num_items} items can be: "
+                "store.verify() lists what is wrong"
+            )
         try:
             block = self._storage.read_range(ref.path, ref.offset, ref.offset + ref.length)
         except MissingFileError as exc:
