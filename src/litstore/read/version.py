@@ -421,28 +421,7 @@ class VersionReader:
             IntegrityError: a run is damaged, or an entry names a chunk no split index of the version lists.
             VersionNotFoundError: gc expired the version while this handle read it.
         """
-        key_type = self._config.key_type
-        schema = manifest_format.schema(key_type)
-        listed = keys.to_pylist()
-        status, names, entries = self._locate(listed)
-        live = np.flatnonzero(status == keyruns.LIVE)
-        found = self._splits_of([names[i] for i in live.tolist()], listed, live)
-        # Arrays made from buffers: pa.array imports pandas the first time (a third of a second a process).
-        where = pa.Array.from_buffers(pa.int64(), len(live), [None, pa.py_buffer(live.astype(np.int64))])
-        contents = pa.py_buffer(np.ascontiguousarray(entries["content"][live]).tobytes())
-        encoded = [split.encode() for split in found]
-        offsets = np.zeros(len(encoded) + 1, dtype=np.int32)
-        np.cumsum(np.array([len(split) for split in encoded], dtype=np.int32), out=offsets[1:])
-        splits_found = pa.Array.from_buffers(
-            pa.string(), len(encoded), [None, pa.py_buffer(offsets), pa.py_buffer(b"".join(encoded))]
-        )
-        return pa.table(
-            {
-                "key": keys.take(where).cast(schema.field("key").type),
-                "content_hash": pa.FixedSizeBinaryArray.from_buffers(pa.binary(16), len(live), [None, contents]),
-                "split": splits_found,
-            }
-        )
+        return self._rows_in_runs(keys).select(["key", "content_hash", "split"])
 
     def rows_for_keys(self, keys: pa.Array, hashes: np.ndarray | None = None) -> pa.Table:
         """``position`` (into ``keys``, distinct), ``key``, ``content_hash``, ``split``, ``chunk`` and ``row`` of
@@ -458,21 +437,26 @@ class VersionReader:
         if not self._reads_runs():
             found = query.rows_for_keys(self.manifest(), keys)
             return found.select(["position", "key", "content_hash", "split", "chunk", "row"])
+        return self._rows_in_runs(keys, hashes)
+
+    def _rows_in_runs(self, keys: pa.Array, hashes: np.ndarray | None = None) -> pa.Table:
+        """:meth:`rows_for_keys` from the key runs: what :meth:`indexed_rows` projects too."""
         listed = keys.to_pylist()
         status, names, entries = self._locate(listed, hashes)
         live = np.flatnonzero(status == keyruns.LIVE)
         found_names = [names[i] for i in live.tolist()]
+        # Arrays made from buffers: pa.array imports pandas the first time (a third of a second a process).
+        where = pa.Array.from_buffers(pa.int64(), len(live), [None, pa.py_buffer(live.astype(np.int64))])
         contents = pa.py_buffer(np.ascontiguousarray(entries["content"][live]).tobytes())
+        rows = np.ascontiguousarray(entries["row"][live], dtype=np.uint32)
         return pa.table(
             {
-                "position": pa.array(live.astype(np.int64), pa.int64()),
-                "key": keys.take(pa.array(live.astype(np.int64), pa.int64())).cast(
-                    manifest_format.schema(self._config.key_type).field("key").type
-                ),
+                "position": where,
+                "key": keys.take(where).cast(manifest_format.schema(self._config.key_type).field("key").type),
                 "content_hash": pa.FixedSizeBinaryArray.from_buffers(pa.binary(16), len(live), [None, contents]),
-                "split": pa.array(self._splits_of(found_names, listed, live), pa.string()),
-                "chunk": pa.array(found_names, pa.string()),
-                "row": pa.array(entries["row"][live].astype(np.int64), pa.uint32()),
+                "split": _strings(self._splits_of(found_names, listed, live)),
+                "chunk": _strings(found_names),
+                "row": pa.Array.from_buffers(pa.uint32(), len(live), [None, pa.py_buffer(rows)]),
             }
         )
 
@@ -714,6 +698,16 @@ class VersionReader:
     def _keys_at(self, chunk: str, rows: np.ndarray) -> list[Key | None]:
         """The keys the manifest lists at ``rows`` of ``chunk``, in that order (to name damaged records)."""
         return keys_at(self.manifest(), chunk, rows)
+
+
+def _strings(values: list[str]) -> pa.Array:
+    """``values`` as an Arrow string array, made from buffers (see :meth:`VersionReader._rows_in_runs`)."""
+    encoded = [value.encode() for value in values]
+    offsets = np.zeros(len(encoded) + 1, dtype=np.int32)
+    np.cumsum(np.fromiter(map(len, encoded), dtype=np.int32, count=len(encoded)), out=offsets[1:])
+    return pa.Array.from_buffers(
+        pa.string(), len(encoded), [None, pa.py_buffer(offsets), pa.py_buffer(b"".join(encoded))]
+    )
 
 
 def _pair_sum(keys: list[Any], contents: np.ndarray, key_type: str) -> int | None:
