@@ -29,6 +29,7 @@ from litstore.format import hashing
 from litstore.format import manifest as manifest_format
 from litstore.format.manifest import ChangeKind, columns, held_schema
 from litstore.format.models import declared_fields
+from litstore.read.groups import by_chunk
 from litstore.txn.records import Batch
 from litstore.txn.stage import StagedFragment
 
@@ -252,14 +253,10 @@ def _dead_rows(leaving: list[pa.Table], rewrite: frozenset[str]) -> dict[str, np
         return {}
     names, codes = manifest_format.chunk_codes(rows.column("chunk"))
     numbers = rows.column("row").to_numpy().astype(np.uint32)
-    order = np.lexsort((numbers, codes))
-    codes, numbers = codes[order], numbers[order]
-    bounds = np.flatnonzero(np.diff(codes)) + 1
     dead: dict[str, np.ndarray] = {}
-    for start, end in zip(np.concatenate([[0], bounds]).tolist(), np.concatenate([bounds, [len(codes)]]).tolist()):
-        name = names[int(codes[start])]
-        if name not in rewrite:
-            dead[name] = numbers[start:end]
+    for code, _, chunk_rows in by_chunk(codes, numbers):
+        if names[code] not in rewrite:
+            dead[names[code]] = chunk_rows
     return dead
 
 
