@@ -288,3 +288,20 @@ def test_resume_under_another_views_dir(store: litstore.Store, tmp_path: Path) -
     store.append([_record(i) for i in range(COUNT, COUNT + 5)])
     with pytest.raises(StreamStateError):
         loader(tmp_path / "d").load_state_dict(state)
+
+
+@pytest.mark.parametrize(("items", "size"), [(1 << 40, 1 << 20), (10, -1), (3, 1 << 33)])
+def test_an_index_listing_a_count_no_chunk_can_hold_is_refused(tmp_path: Path, items: int, size: int) -> None:
+    """Readers size arrays by a chunk's item count (dead rows, sidecars): it is checked before anything uses it."""
+    store = litstore.Store.create(tmp_path / "s", key="id")
+    store.append([{"id": f"k{i}", "v": i} for i in range(20)])
+    store.delete(["k1"])
+    path = tmp_path / "s" / next(iter(store.version.indexes.values()))
+    document = json.loads(path.read_text())
+    document["chunks"][0]["chunk_size"], document["chunks"][0]["chunk_bytes"] = items, size
+    path.write_text(json.dumps(document))
+    fresh = litstore.open(tmp_path / "s")
+    with pytest.raises(IntegrityError, match="which no litdata chunk can be"):
+        list(fresh.items())
+    with pytest.raises(IntegrityError, match="which no litdata chunk can be"):
+        fresh.dataset()

@@ -151,6 +151,10 @@ def read_version(storage: Storage, number: int) -> Version:
     return record
 
 
+#: litdata's item offsets are 32-bit: no chunk reaches 4 GiB (writes refuse one).
+_CHUNK_LIMIT = 1 << 32
+
+
 def read_chunks(storage: Storage, version: Version) -> dict[str, list[ChunkInfo]]:
     """The chunks each split's litdata index lists, every name checked against the layout.
 
@@ -165,6 +169,13 @@ def read_chunks(storage: Storage, version: Version) -> dict[str, list[ChunkInfo]
                 layout.check_chunk(chunk.filename)
             except ValueError as exc:
                 raise IntegrityError(f"index {path} is damaged: {exc}") from exc
+            # Readers size arrays by a chunk's item count (its dead rows, its sidecar): a count no chunk of
+            # that size can hold (a 4-byte offset per item) is refused here, never allocated.
+            if not 0 <= chunk.num_bytes < _CHUNK_LIMIT or not 0 <= chunk.num_items <= chunk.num_bytes // 4:
+                raise IntegrityError(
+                    f"index {path} is damaged: chunk {chunk.filename} is listed with {chunk.num_items} items in "
+                    f"{chunk.num_bytes} bytes, which no litdata chunk can be"
+                )
         chunks[split] = listed
     return chunks
 
