@@ -2,12 +2,14 @@
 
 Every byte the memory backend hands out (``read``, ``read_range``) is counted, per
 file, while a fresh handle diffs versions a few commits apart in a store of 20,000
-records. The diff reads the commit records of the versions it spans, the deltas
-between them, the older version's split indexes, and of each of its key runs the tail
-and one page per key it must look up: only a key whose oldest change in the span
-replaced it (an added key was absent, a deleted one's row is in its delta). Nothing
-proportional to the store is read: no chunk, no checkpoint, no older delta. The
-answer is compared with the join of the two whole manifests.
+records. The diff reads the commit records of the versions it spans and the deltas
+between them, and nothing else: an added key was absent, a deleted one's row is in its
+delta, and a replaced one's delta carries the content hash it superseded. Deltas
+written before they carried it (rewritten here without that column) make the diff
+look each key whose oldest change in the span replaced it up in the older version:
+its split indexes, and of each of its key runs the tail and one page a key. Nothing
+proportional to the store is read either way: no chunk, no checkpoint, no older
+delta. The answer is compared with the join of the two whole manifests.
 """
 
 from __future__ import annotations
@@ -18,10 +20,13 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 import litstore
 from litstore.format import keyrun, layout
+from litstore.format import manifest as manifest_format
 from litstore.ops.diff import Diff
 from litstore.storage.memory import MemoryStorage
 from tests.conftest import reopen
@@ -112,6 +117,8 @@ def _ceiling(store: litstore.Store, old: int, new: int, lookups: int) -> int:
     records = [store.at(number).version for number in range(low, high + 1)]
     files = [layout.version_record(version.number) for version in records]
     files += [version.manifest for version in records[1:] if version.manifest]
+    if not lookups:
+        return sum(_size(store, path) for path in files)
     files += list(records[0].indexes.values())
     ceiling = sum(_size(store, path) for path in files)
     for run in records[0].key_runs:
@@ -120,36 +127,67 @@ def _ceiling(store: litstore.Store, old: int, new: int, lookups: int) -> int:
     return ceiling
 
 
-@pytest.mark.parametrize(
-    ("old", "new", "counts", "lookups"),
-    [
-        (APPENDED, UPSERTED, (0, 0, 100), 100),
-        (UPSERTED, DELETED, (0, 100, 0), 0),  # a deleted key's row is in the delta: no key run is read
-        (DELETED, ADDED, (10, 0, 0), 0),
-        (ADDED, FEW, (0, 0, 5), 5),
-        (APPENDED, ADDED, (10, 100, 100), 100),
-        (ADDED, APPENDED, (100, 10, 100), 100),  # backwards: the deleted keys come back
-        (APPENDED, FEW, (10, 100, 105), 105),
-    ],
-    ids=str,
-)
-def test_a_diff_of_near_versions_reads_bytes_of_the_change(
-    history: litstore.Store, bytes_read: BytesRead, old: int, new: int, counts: tuple[int, int, int], lookups: int
-) -> None:
-    store = history
+#: Pairs of versions diffed, what each diff counts (added, removed, changed), and how many keys it looks up in
+#: the older version where the deltas do not carry the content hashes their replaced rows superseded.
+PAIRS = [
+    (APPENDED, UPSERTED, (0, 0, 100), 100),
+    (UPSERTED, DELETED, (0, 100, 0), 0),  # a deleted key's row is in the delta: no key run is read
+    (DELETED, ADDED, (10, 0, 0), 0),
+    (ADDED, FEW, (0, 0, 5), 5),
+    (APPENDED, ADDED, (10, 100, 100), 100),
+    (ADDED, APPENDED, (100, 10, 100), 100),  # backwards: the deleted keys come back
+    (APPENDED, FEW, (10, 100, 105), 105),
+]
+
+
+def _diff_reading(
+    store: litstore.Store, bytes_read: BytesRead, old: int, new: int, counts: tuple[int, int, int], lookups: int
+) -> dict[str, int]:
+    """Diff ``old`` -> ``new`` on a fresh handle, check what it read against :func:`_ceiling` and its answer
+    against the whole manifests'; the bytes it read, per path."""
     ceiling = _ceiling(store, old, new, lookups)
     manifest_bytes = _size(store, store.at(APPENDED).version.manifest or "")  # 20,000 rows
     handle = reopen(store)
     bytes_read.clear()
     diff = handle.diff(old, new)
-    read = dict(bytes_read.by_path)
+    read, total = dict(bytes_read.by_path), bytes_read.total
     assert not any(layout.is_chunk_file(path) or path.endswith(".checkpoint.parquet") for path in read), read
     assert store.at(APPENDED).version.manifest not in read, "no delta of the older version's chain"
-    assert bytes_read.total <= ceiling, (bytes_read.total, ceiling, read)
+    assert total <= ceiling, (total, ceiling, read)
     if lookups <= 5:
-        assert bytes_read.total < manifest_bytes / 4, (bytes_read.total, manifest_bytes, read)
+        assert total < manifest_bytes / 4, (total, manifest_bytes, read)
     assert diff.counts == dict(zip(("added", "removed", "changed"), counts, strict=True))
     assert _found(diff) == _found(Diff.between(old, new, store.at(old).manifest(), store.at(new).manifest()))
+    return read
+
+
+@pytest.mark.parametrize(("old", "new", "counts", "lookups"), PAIRS, ids=str)
+def test_a_diff_of_near_versions_reads_bytes_of_the_change(
+    history: litstore.Store, bytes_read: BytesRead, old: int, new: int, counts: tuple[int, int, int], lookups: int
+) -> None:
+    # The deltas carry what the older version held of every key they touch: no key run, no split index.
+    read = _diff_reading(history, bytes_read, old, new, counts, 0)
+    deltas = {history.at(number).version.manifest for number in range(min(old, new) + 1, max(old, new) + 1)}
+    assert set(read) - {layout.version_record(number) for number in range(FEW + 1)} == deltas, read
+
+
+def _without_superseded_hashes(store: litstore.Store) -> None:
+    """Rewrite every delta of ``store`` as deltas were written before they carried their superseded hashes."""
+    for number in range(1, store.version.number + 1):
+        path = store.at(number).version.manifest or ""
+        table = pq.read_table(pa.BufferReader(MemoryStorage.read(store.storage, path)))  # type: ignore[arg-type]
+        assert manifest_format.OLD_CONTENT_HASH in table.column_names
+        older = table.drop_columns([manifest_format.OLD_CONTENT_HASH])
+        store.storage.write(path, manifest_format.to_parquet(older, key_hash=False))
+
+
+def test_deltas_without_superseded_hashes_look_replaced_keys_up(history: litstore.Store, bytes_read: BytesRead) -> None:
+    store = history
+    _without_superseded_hashes(store)
+    for old, new, counts, lookups in PAIRS:
+        read = _diff_reading(store, bytes_read, old, new, counts, lookups)
+        looked = {path for path in read if path.endswith(".keys")}
+        assert bool(looked) == bool(lookups), (old, new, read)
 
 
 def test_a_diff_across_a_compaction_reads_its_delta_and_no_key_run(

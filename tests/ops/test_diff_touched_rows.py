@@ -26,6 +26,7 @@ from hypothesis import strategies as st
 
 import litstore
 from litstore.format import hashing, keyrun
+from litstore.format.manifest import OLD_CONTENT_HASH
 from litstore.ops.diff import Diff, _paired, touched_rows
 
 Expected = dict[str, list[tuple[Any, str]]]
@@ -327,6 +328,44 @@ def test_a_replaced_row_relabelled_moved_falls_back_to_the_full_join(
         expected = expected_diff(store, old, new)
         assert [key for key, _ in expected["changed"]] == ["a"]
         assert found(litstore.open(store.root).diff(old, new)) == expected
+
+
+def _format4_upserted(tmp_path: Path) -> litstore.Store:
+    """A format-4 store of a, b, c, d (version 1) whose version 2 replaced a and left b unchanged."""
+    store = litstore.Store.create(
+        tmp_path / "s", key="id", splits=litstore.HashSplit(train=0.5, val=0.5), format_version=4
+    )
+    store.append([_record(key, 1) for key in "abcd"])
+    store.upsert([_record("a", 2), _record("b", 1)])
+    return store
+
+
+@pytest.mark.parametrize("planted", ["new", "other"])
+def test_a_superseded_content_hash_that_lies_falls_back_to_the_full_join(tmp_path: Path, planted: str) -> None:
+    # The delta says what version 1 held of a: planted as a's new content, the fast path would
+    # call a unchanged; as c's, it would stand for another record. The fingerprint sums disagree.
+    store = _format4_upserted(tmp_path)
+    assert fast_diff(store, 1, 2) is not None
+    manifest = store.at(1).manifest()
+    source = "a" if planted == "new" else "c"
+    table = store.at(2 if planted == "new" else 1).manifest()
+    content = table.filter(pc.equal(table.column("key"), source)).column("content_hash")[0].as_py()
+    assert content != manifest.filter(pc.equal(manifest.column("key"), "a")).column("content_hash")[0].as_py()
+    _edit_delta(store, 2, OLD_CONTENT_HASH, lambda old: pc.if_else(pc.is_valid(old), pa.scalar(content, old.type), old))
+    assert fast_diff(store, 1, 2) is None and fast_diff(store, 2, 1) is None
+    for old, new in ((1, 2), (2, 1)):
+        expected = expected_diff(store, old, new)
+        assert [key for key, _ in expected["changed"]] == ["a"]
+        assert found(litstore.open(store.root).diff(old, new)) == expected
+
+
+def test_a_superseded_content_hash_of_another_size_raises_integrity_error(tmp_path: Path) -> None:
+    store = _format4_upserted(tmp_path)
+    # Read as it is, the column's 5-byte values would misalign every hash after the first.
+    manifest = _edit_delta(store, 2, OLD_CONTENT_HASH, lambda old: pa.array([b"short"] * len(old), pa.binary()))
+    for old, new in ((1, 2), (2, 1)):
+        with pytest.raises(litstore.IntegrityError, match=f"{manifest}.*damaged"):
+            litstore.open(store.root).diff(old, new)
 
 
 def test_a_delta_whose_keys_are_null_raises_integrity_error(make_store: Callable[..., litstore.Store]) -> None:

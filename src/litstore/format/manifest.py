@@ -21,6 +21,15 @@ A delta (``manifests/<v>-<txn>.parquet``) holds what version ``v`` changed, with
 more columns: ``change`` (a :class:`ChangeKind` value) and ``version`` (``v``). The
 manifest of version ``v`` is, for each key, the rows of the newest delta up to ``v``
 that mentions it, unless those are deletions (see :func:`litstore.read.manifests.compose`).
+
+A delta of a format-4 store also holds ``old-content-hash`` (:data:`OLD_CONTENT_HASH`,
+binary(16), nullable): on a ``replaced`` row, the content hash of the parent's row it
+supersedes; null on every other row (an added key had none, a deleted row's own
+``content_hash`` is the one that leaves, a moved row keeps its content). A diff of near
+versions takes the older version's row of a replaced key from it instead of looking the
+key up in the key runs. Deltas written before it existed lack the column: readers that
+ask for it get nulls (:func:`columns_from_parquet`), and every other reader leaves it
+out. Its name has hyphens, which no declared field's name may have, so no field shadows it.
 Pure: no I/O beyond bytes in and out.
 """
 
@@ -33,6 +42,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from litstore.errors import IntegrityError
@@ -40,6 +50,8 @@ from litstore.format import hashing
 from litstore.format.fields import arrow_type
 
 MANIFEST_COLUMNS = ("key", "key_hash", "content_hash", "split", "chunk", "row")
+#: A format-4 delta's column of the content hashes its replaced rows supersede (see the module docstring).
+OLD_CONTENT_HASH = "old-content-hash"
 
 # A chunk name is ~64 characters and a chunk holds thousands of records: as plain
 # strings the chunk column alone takes more memory than all the other columns together
@@ -132,7 +144,25 @@ def make_delta(
     return pa.Table.from_arrays(arrays, schema=delta_schema(key_type, fields))
 
 
-_UNIQUE_COLUMNS = frozenset(("key", "key_hash", "content_hash"))
+_UNIQUE_COLUMNS = frozenset(("key", "key_hash", "content_hash", OLD_CONTENT_HASH))
+
+
+def with_old_content_hashes(delta: pa.Table, keys: Sequence[Any], hashes: Sequence[bytes]) -> pa.Table:
+    """``delta`` with :data:`OLD_CONTENT_HASH`: on each ``replaced`` row, the hash of ``hashes`` at its key's
+    place in ``keys`` (the parent's rows it supersedes), else null.
+
+    Raises:
+        ValueError: a replaced row's key is not among ``keys``.
+    """
+    key_type = delta.schema.field("key").type
+    old_keys = pa.array(list(keys), key_type)
+    replaced = pc.equal(delta.column("change"), str(ChangeKind.REPLACED))
+    place = pc.index_in(delta.column("key"), value_set=old_keys)
+    if pc.any(pc.and_kleene(replaced, pc.is_null(place))).as_py():
+        raise ValueError("a replaced row's key is not among the superseded rows' keys")
+    place = pc.if_else(replaced, place, pa.scalar(None, place.type))
+    old = pa.array(list(hashes), pa.binary(16)).take(place)
+    return delta.append_column(pa.field(OLD_CONTENT_HASH, pa.binary(16)), old)
 
 
 def to_parquet(table: pa.Table, *, key_hash: bool) -> bytes:
@@ -283,7 +313,8 @@ READ_ENCODED = ("split", "change")
 def columns_from_parquet(
     data: bytes, path: str, key_type: str, names: Sequence[str], skip: ChangeKind | None = None
 ) -> pa.Table:
-    """Only the columns ``names`` of a manifest or delta file (fixed columns, or a delta's ``change``).
+    """Only the columns ``names`` of a manifest or delta file (fixed columns, or a delta's ``change`` and
+    :data:`OLD_CONTENT_HASH`, all null where the file lacks that column).
 
     For readers of many rows that keep few of them (a diff needs key, content hash,
     split and change of the rows a commit touched): decoding only those columns, and
@@ -296,7 +327,7 @@ def columns_from_parquet(
     Raises:
         IntegrityError: the file at ``path`` is damaged, lacks one of ``names``, or has a row without a key.
     """
-    expected = delta_schema(key_type)
+    expected = delta_schema(key_type).append(pa.field(OLD_CONTENT_HASH, pa.binary(16)))
     target = pa.schema(
         [
             field.with_type(pa.dictionary(pa.int32(), field.type)) if field.name in READ_ENCODED else field
@@ -312,7 +343,12 @@ def columns_from_parquet(
         read = [name for name in names if name != "key_hash"]  # derived from the keys, never read
         if "key_hash" in names and "key" not in read:
             read.append("key")
+        lacking = OLD_CONTENT_HASH in read and OLD_CONTENT_HASH not in file.schema_arrow.names
+        if lacking:  # a delta written before the column existed
+            read.remove(OLD_CONTENT_HASH)
         table = file.read_row_groups(groups, columns=read)
+        if lacking:
+            table = table.append_column(OLD_CONTENT_HASH, pa.nulls(table.num_rows, pa.binary(16)))
         table = _with_key_hash(table, expected.field("key").type, derive="key_hash" in names)
         table = table.select(list(names)).cast(target)
     except (pa.ArrowException, OSError, KeyError, ValueError) as exc:

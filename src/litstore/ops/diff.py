@@ -4,8 +4,9 @@ The one module that answers it. :meth:`Diff.of` reads manifests only, never chun
 when the version log says which keys the commits between the two versions touched, and
 the versions' fingerprints confirm that those keys are all that changed, only those
 keys' rows of both versions (:func:`touched_rows`, the fast path: the deltas between
-the versions, and the older version's rows of those keys from the deltas and its key
-runs in a format-3 or format-4 store, else from its manifest chain); otherwise both
+the versions, and the older version's rows of those keys from the deltas, in a format-3
+or format-4 store with its key runs for what the deltas do not carry, else from its
+manifest chain); otherwise both
 whole manifests. Either way :meth:`Diff.between` joins the two sets of rows. The
 results are the same, even where a delta row was relabelled after commit.
 :meth:`Diff.with_fields` then decodes the changed records alone (the old record from
@@ -43,6 +44,9 @@ _ABSENT: Any = object()
 #: What a diff needs of a manifest row; deltas add their ``change``.
 DIFF_COLUMNS = ("key", "content_hash", "split")
 _DELTA_COLUMNS = (*DIFF_COLUMNS, "change")
+# What the fast diff reads of each delta of a store with key runs: a format-4 delta carries
+# the content hash its replaced rows supersede (null in deltas written before it did).
+_INDEXED_DELTA_COLUMNS = (*_DELTA_COLUMNS, manifest_format.OLD_CONTENT_HASH)
 # The fast diff reads the deltas between the versions in place of the newer one's chain
 # (its newest checkpoint, then deltas): worth it unless the deltas it reads instead of
 # that checkpoint are this many times bigger (in bytes, or in rows where the commit
@@ -222,13 +226,14 @@ def touched_rows(
     composing either version whole (the newer one's rows are composed, by
     :func:`litstore.read.manifests.compose`, of the deltas alone). Where the older
     version has a key index on disk (format 3 and 4), a key that the oldest delta
-    touching it added or deleted takes its older row from that delta, and one it
-    replaced is looked up in the older version's key runs (:func:`_first_touches`;
-    :meth:`VersionReader.indexed_rows`: a page a key, and its split indexes): a diff of
-    adjacent versions reads one delta and pages for its replaced keys, whatever the
-    store's size. Deletion vectors change none of this: a format-4 delta holds the
-    same rows (no moved ones, but for a compaction's). Otherwise
-    they are searched for in its chain (checkpoint and deltas: the size of the store).
+    touching it added or deleted takes its older row from that delta, and so does one
+    it replaced where the delta carries the superseded content hash (format 4); only a
+    replaced key whose delta does not (format 3, and format-4 deltas written before it
+    did) is looked up in the older version's key runs (:func:`_first_touches`;
+    :meth:`VersionReader.indexed_rows`: a page a key, and its split indexes). So a diff
+    of near format-4 versions reads their commit records and the deltas between them,
+    and nothing else, whatever the store's size. Otherwise the touched keys are
+    searched for in its chain (checkpoint and deltas: the size of the store).
     ``views`` are readers of either version whose caches (open runs, chunk lists) the
     lookups may use. Either order works.
 
@@ -238,7 +243,9 @@ def touched_rows(
     them are much bigger than the newer version's checkpoint they would stand in
     for, or when the rows found do not account for the difference of the two
     versions' fingerprints (:func:`_accounts_for`: a delta edited after its commit,
-    or a key run that lies): the caller then compares whole manifests.
+    a superseded content hash or a key run that lies) or for their per-split counts
+    (:func:`_counts_agree`: a change kind that lies): the caller then compares whole
+    manifests.
 
     Raises:
         IntegrityError: a manifest file, key run or commit record is damaged.
@@ -270,45 +277,63 @@ def _rows_by_index(
     paths, _ = between
     try:
         with ThreadPoolExecutor(max_workers=_CONCURRENT_READS) as pool:
-            read = pool.map(lambda path: _read(storage, config, path, _DELTA_COLUMNS, ChangeKind.MOVED), paths)
+            read = pool.map(lambda path: _read(storage, config, path, _INDEXED_DELTA_COLUMNS, ChangeKind.MOVED), paths)
             deltas = [without_change(delta, ChangeKind.MOVED) for delta in read]
     except MissingFileError:
         return None  # a delta no version's manifest needs any more (its version has a checkpoint)
     high_rows = compose(config.key_type, deltas, None, columns=DIFF_COLUMNS)
     key_type = manifest_format.schema(config.key_type).field("key").type
-    looked_up, deleted = _first_touches(deltas, key_type)
+    looked_up, carried = _first_touches(deltas, key_type)
     low_rows = reader.indexed_rows(looked_up) if len(looked_up) else _empty_rows(key_type)
-    if deleted.num_rows:
-        low_rows = pa.concat_tables([low_rows, deleted.select(DIFF_COLUMNS).cast(low_rows.schema)])
+    if carried.num_rows:
+        low_rows = pa.concat_tables([low_rows, carried.cast(low_rows.schema)])
     return low_rows, high_rows
 
 
 def _first_touches(deltas: Sequence[pa.Table], key_type: pa.DataType) -> tuple[pa.Array, pa.Table]:
     """What the older version held of each key the ``deltas`` (newest first) touch, from the oldest delta that
-    touches it: the keys to look up in its key runs, and the rows of the keys that delta deleted.
+    touches it: the keys to look up in its key runs, and the rows (:data:`DIFF_COLUMNS`) that delta carries.
 
     That delta's row was planned on the older version's records: ``added`` says the
-    older version lacked the key, ``deleted`` carries its content hash and split, and
-    only a ``replaced`` key must be looked up: a diff of appends and deletes reads no
-    key run (moved rows are gone from ``deltas``; a file with another kind does not
-    open). The deltas are not trusted more than the key runs: a row that lies about the
-    older version changes the fingerprint sums, and :func:`_accounts_for` sends the
-    diff to the whole manifests.
+    older version lacked the key, ``deleted`` carries its content hash and split, and a
+    ``replaced`` row carries the content hash it superseded
+    (:data:`~litstore.format.manifest.OLD_CONTENT_HASH`) in its own split (a key never
+    changes split: the plan refuses it). Only a replaced row without one (format 3,
+    older format-4 deltas) must be looked up: a diff of format-4 deltas reads no key run
+    (moved rows are gone from ``deltas``; a file with another kind does not open). The
+    deltas are not trusted more than the key runs: a row that lies about the older
+    version's content changes the fingerprint sums (:func:`_accounts_for`), one that
+    lies about its kind the per-split counts (:func:`_counts_agree`), and the diff goes
+    to the whole manifests.
     """
+    old_hash = manifest_format.OLD_CONTENT_HASH
     seen = pa.nulls(0, key_type)
     lookups: list[pa.Array] = []
-    deleted: list[pa.Table] = []
+    carried: list[pa.Table] = []
     for delta in reversed(deltas):
         keys = _one_array(delta.column("key"), key_type)
         first = delta.filter(pc.invert(pc.is_in(keys, value_set=seen))) if len(seen) else delta
         if not first.num_rows:
             continue
         known = without_change(first, ChangeKind.ADDED)  # (the deltas hold no moved row, nor other kinds)
-        lookups.append(_one_array(without_change(known, ChangeKind.DELETED).column("key"), key_type))
-        deleted.append(without_change(known, ChangeKind.REPLACED))
+        deleted = without_change(known, ChangeKind.REPLACED)
+        replaced = without_change(known, ChangeKind.DELETED)
+        has_old = pc.is_valid(replaced.column(old_hash))
+        lookups.append(_one_array(replaced.filter(pc.invert(has_old)).column("key"), key_type))
+        superseded = replaced.filter(has_old)
+        carried.append(deleted.select(DIFF_COLUMNS))
+        carried.append(
+            pa.table(
+                {
+                    "key": superseded.column("key"),
+                    "content_hash": superseded.column(old_hash),
+                    "split": superseded.column("split"),
+                }
+            )
+        )
         seen = pa.concat_arrays([seen, keys])
     looked_up = pc.unique(pa.concat_arrays(lookups)) if lookups else pa.nulls(0, key_type)
-    return looked_up, pa.concat_tables(deleted) if deleted else _empty_rows(key_type)
+    return looked_up, pa.concat_tables(carried) if carried else _empty_rows(key_type)
 
 
 def _one_array(column: pa.ChunkedArray, type_: pa.DataType) -> pa.Array:

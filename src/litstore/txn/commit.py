@@ -255,6 +255,10 @@ def publish(
     records (format 4: twice as many), so composing any version reads at most about
     two (three) times its live rows, and for every compaction (whose delta moves many rows).
 
+    A format-4 delta also carries, on each replaced row, the content hash of the
+    parent's row it supersedes (:data:`~litstore.format.manifest.OLD_CONTENT_HASH`):
+    what a diff of near versions would otherwise look up in the key runs.
+
     In a format-3 store it also writes its key run (:mod:`.keyruns`): what it changed,
     merged with its parent's runs as they pile up; a compaction, or a commit whose
     parent has no key index on disk (committed before ``Store.upgrade``, or by a
@@ -272,7 +276,12 @@ def publish(
     delta = _delta(config.key_type, number, current, declared_fields(config, parent))
     written: list[str] = []
     manifest_path = layout.manifest_delta(number, transaction)
-    storage.write(manifest_path, manifest_format.to_parquet(delta, key_hash=config.stores_key_hash))
+    delta_file = delta
+    if config.writes_deletion_vectors:  # what a diff needs of the rows it replaces: no key-run lookup
+        delta_file = manifest_format.with_old_content_hashes(
+            delta, current.replaced.keys, current.replaced.content_hashes
+        )
+    storage.write(manifest_path, manifest_format.to_parquet(delta_file, key_hash=config.stores_key_hash))
     written.append(manifest_path)
 
     deletion_refs, dead_file, emptied = _deletions(head, current, number, transaction)
