@@ -189,6 +189,11 @@ def to_parquet(table: pa.Table, *, key_hash: bool) -> bytes:
         "column_encoding": {name: encoding for name, encoding in encodings.items() if name in target.names},
     }
     if table.num_rows <= _SLICE_ROWS:  # one row group, a small file: made in memory
+        # A small delta's footer was a third of its bytes (1.5 of 4.4 KB for 100 rows): no copy of
+        # the Arrow schema (every reader casts to the manifest's, and its types are Parquet's
+        # own) and no statistics but ``change``'s, the only ones a reader uses (to skip groups).
+        options["store_schema"] = False
+        options["write_statistics"] = ["change"] if "change" in target.names else False
         buffer = pa.BufferOutputStream()
         pq.write_table(decoded(table), buffer, row_group_size=_SLICE_ROWS, **options)
         return bytes(buffer.getvalue())

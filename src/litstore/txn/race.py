@@ -82,7 +82,9 @@ def _created(head: VersionReader, version: Version) -> bool:
     """:func:`put_commit_record` without the hint."""
     storage = head.storage
     path = layout.version_record(version.number)
-    data = version.model_dump_json(indent=1).encode()
+    # Compact, as gc's tombstones: indented, a format-4 record listing 11 chunks' deletion
+    # vectors was 3.1 KB, 15% of it spaces and newlines, and every commit writes one.
+    data = version.model_dump_json().encode()
     try:
         if storage.put_if_absent(path, data):
             return True
