@@ -188,8 +188,9 @@ def verify(
             reading = pool.submit(verify_listed.read_listed_and_names, storage, config, version, names)
             read = verify_stored.read_parts(storage, parts, config.key, config.key_type, pool)
             listed, names = reading.result()
-        index_problems = verify_index.check_key_index(storage, version, listed, names)
+        index_problems = verify_index.check_key_index(storage, config, version, listed, names)
         matcher = _Matcher(listed, listing_chunks, listing_splits)
+        sidecars = verify_index.Sidecars(storage, listings, config.writes_key_runs)
         bar = stack.enter_context(tqdm(total=len(listings), desc="verifying", unit="chunk", disable=not progress))
         for stored in read:
             part = stored.part
@@ -204,14 +205,15 @@ def verify(
                 continue
             start = min(part.start, stored.items)
             dead = dead_rows.mask(part.listing, start, len(stored.pairs))
-            live = matcher.match(part.listing, start, stored.pairs, stored.keyed, dead)
+            live, items, same = matcher.match(part.listing, start, stored.pairs, stored.keyed, dead)
+            sidecars.part(part.listing, start, stored.contents, items, same, matcher.rows_at)
             count = int(np.count_nonzero(live))
             records += count
             split = listings[part.listing][0]
             found_counts[split] = found_counts.get(split, 0) + count
             data_fingerprint += hashing.digest_sum(stored.pairs[stored.keyed & live])
     dead_rows.finish()
-    index_problems += verify_index.check_sidecars(storage, listings, listed, matcher.rows_at)
+    index_problems += sidecars.finish(listed, matcher.rows_at)
     found = matcher.finish(storage, config, listings)
     missing_keys: list[Any] = []
     unexpected_keys: list[Any] = []
@@ -281,10 +283,11 @@ class _Matcher:
 
     def match(
         self, listing: int, start: int, pairs: np.ndarray, keyed: np.ndarray, dead: np.ndarray | None
-    ) -> np.ndarray:
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Items ``start`` onwards of the chunk of listing ``listing``: their pair hashes, whether they have keys,
         and whether its deletion vector marks them dead (``None``: the vector does not decode, so the items the
-        manifest does not list are taken as its dead ones). Returns which items are live: the data.
+        manifest does not list are taken as its dead ones). Returns which items are live (the data), and the
+        items (from ``start``) that manifest rows list with whether each matched its row.
         """
         count = len(pairs)
         base = np.uint64(int(self.listing_chunks[listing]) << 32)
@@ -311,7 +314,7 @@ class _Matcher:
         if len(odd):
             self.odd.append((listing, odd + start, listed_here[odd]))
         live: np.ndarray = ~dead
-        return live
+        return live, items, same
 
     def rows_at(self, listing: int, count: int) -> tuple[np.ndarray, np.ndarray]:
         """The manifest rows listed at items ``[0, count)`` of listing ``listing``'s chunk, and those items."""

@@ -83,6 +83,50 @@ class Indexed:
     run_hash: np.ndarray  # uint64: xxh3-64 of the key's bytes (empty if the version lists no key runs)
 
 
+#: The modulus of :meth:`IndexDigest.sum` (two 64-bit lanes).
+INDEX_MODULUS = 2**128
+_MULTIPLIERS = tuple(
+    np.uint64(value)
+    for value in (
+        0x9E3779B185EBCA87,
+        0xC2B2AE3D27D4EB4F,
+        0x165667B19E3779F9,
+        0x85EBCA77C2B2AE63,
+        0x27D4EB2F165667C5,
+        0x9FB21C651E98DF25,
+    )
+)
+
+
+class IndexDigest:
+    """What the key index must say of one key, as a number: summed over a version's rows and over its index.
+
+    A key's term mixes its key hash (xxh3-64), keyprint, place and content hash,
+    starting from a seed drawn at random for each ``verify`` (so a forged index cannot
+    be made to sum right without knowing it), in two 64-bit lanes. The rows of the
+    manifest and the live entries a lookup resolves sum to the same number exactly
+    when they agree key by key (but for a chance of about 2**-128); the sums are
+    computed while each side streams past, so neither is held.
+    """
+
+    def __init__(self, seed: int | None = None) -> None:
+        self._seeds = np.random.default_rng(seed).integers(0, 2**63, 2, dtype=np.uint64)
+
+    def sum(self, hashes: np.ndarray, prints: np.ndarray, places: np.ndarray, contents: np.ndarray) -> int:
+        """The sum, modulo :data:`INDEX_MODULUS`, of the terms of keys with these key hashes, ``(n, 2)``
+        keyprint words, places and ``(n, 2)`` content hash words."""
+        total = 0
+        words = (hashes, prints[:, 0], prints[:, 1], places, contents[:, 0], contents[:, 1])
+        for lane, seed in enumerate(self._seeds.tolist()):
+            acc = np.full(len(hashes), seed, np.uint64)
+            for word, multiplier in zip(words, _MULTIPLIERS, strict=True):
+                acc ^= word
+                acc *= multiplier
+                acc ^= acc >> np.uint64(32)
+            total += int(acc.sum(dtype=np.uint64)) << (64 * lane)
+        return total % INDEX_MODULUS
+
+
 @dataclass
 class Listed:
     """The live rows of a version's manifest, one entry per row in every array (see the module docstring)."""
@@ -95,7 +139,9 @@ class Listed:
     _groups: list[tuple[str, bool, int, np.ndarray]]  # file, is a delta, row group, live rows (packed bits)
     _storage: Storage
     _key_type: str
-    indexed: Indexed | None = None  # kept for a format-3 store's version (see the module docstring)
+    indexed: Indexed | None = None  # kept when asked for (see the module docstring)
+    index_digest: IndexDigest | None = None  # for a version with key runs: what its rows were summed with
+    index_sum: int = 0  # the sum of its rows' IndexDigest terms
 
     def __len__(self) -> int:
         return len(self.key_hash)
@@ -175,8 +221,14 @@ def key_hashes_of(prints: np.ndarray) -> np.ndarray:
     return _as_words(prints)[:, 0].copy()
 
 
-def read_listed(storage: Storage, config: StoreConfig, version: Version, names: Names) -> Listed:
+def read_listed(
+    storage: Storage, config: StoreConfig, version: Version, names: Names, detail: bool = False
+) -> Listed:
     """Stream ``version``'s manifest files into fixed columns (see the module docstring).
+
+    For a version with key runs, the rows' :class:`IndexDigest` terms are summed as they
+    stream past; with ``detail``, what each row's index entry must hold is kept instead
+    (:class:`Indexed`, 40 bytes more a row), to name the rows that disagree.
 
     Raises:
         VersionNotFoundError: gc expired a version of its chain.
@@ -187,8 +239,10 @@ def read_listed(storage: Storage, config: StoreConfig, version: Version, names: 
         deltas, checkpoint = log.manifest_chain(storage, version, set(storage.names(layout.MANIFESTS)))
         files = [(path, True) for path in deltas] + ([(checkpoint, False)] if checkpoint else [])
     columns: dict[str, list[np.ndarray]] = {"key_hash": [], "pair": [], "location": [], "split": []}
-    indexed = config.writes_key_runs
-    run_hashed = indexed and bool(version.key_runs)
+    indexed = detail and config.writes_key_runs
+    run_hashed = config.writes_key_runs and bool(version.key_runs)
+    digest = IndexDigest() if run_hashed and not detail else None
+    index_sum = 0
     extra: dict[str, list[np.ndarray]] = {"content": [], "keyprint": [], "run_hash": []}
     groups: list[tuple[str, bool, int, np.ndarray]] = []
     mentioned = _Mentioned()
@@ -218,10 +272,14 @@ def read_listed(storage: Storage, config: StoreConfig, version: Version, names: 
             columns["location"].append(location)
             columns["split"].append(split)
             if indexed:
-                extra["content"].append(_content_rows(rows.column("content_hash")))
+                extra["content"].append(content_rows(rows.column("content_hash")))
                 extra["keyprint"].append(_as_words(prints)[live])
                 if run_hashed:
                     extra["run_hash"].append(hashing.key_hash_array(rows.column("key")))
+            elif digest is not None:
+                contents = _as_words(content_rows(rows.column("content_hash")))
+                run_hashes = hashing.key_hash_array(rows.column("key"))
+                index_sum += digest.sum(run_hashes, _as_words(prints)[live], location, contents)
         if delta:
             mentioned.add(file_prints)
     empty: dict[str, np.ndarray] = {
@@ -248,10 +306,12 @@ def read_listed(storage: Storage, config: StoreConfig, version: Version, names: 
         storage,
         config.key_type,
         kept,
+        digest,
+        index_sum % INDEX_MODULUS,
     )
 
 
-def _content_rows(column: pa.ChunkedArray) -> np.ndarray:
+def content_rows(column: pa.ChunkedArray) -> np.ndarray:
     """A ``content_hash`` column (16-byte binary, no nulls) as the rows of an ``(n, 16)`` uint8 array."""
     contents = column.combine_chunks()
     data = np.frombuffer(contents.buffers()[1], np.uint8, count=16 * len(contents), offset=16 * contents.offset)

@@ -57,6 +57,7 @@ class StoredPart:
         problems: what is wrong with the chunk as a whole (checked by the part that starts it).
         pairs: ``(n, 16)`` pair hash of each item read (zeros where ``keyed`` is false).
         keyed: whether each item decodes to a record with a key of the store's type.
+        contents: ``(n, 16)`` content hash of each item read.
     """
 
     part: Part
@@ -65,6 +66,7 @@ class StoredPart:
     problems: tuple[str, ...]
     pairs: np.ndarray
     keyed: np.ndarray
+    contents: np.ndarray
 
 
 def _contents(storage: Storage, name: str) -> bytes | mmap.mmap:
@@ -79,7 +81,7 @@ def read_part(storage: Storage, part: Part, key_field: str, key_type: str) -> St
         StorageError: the chunk cannot be read (other than not existing).
     """
     chunk = part.chunk
-    nothing = (np.zeros((0, 16), np.uint8), np.zeros(0, bool))
+    nothing = (np.zeros((0, 16), np.uint8), np.zeros(0, bool), np.zeros((0, 16), np.uint8))
     try:
         data = _contents(storage, chunk.filename)
     except MissingFileError:
@@ -97,27 +99,27 @@ def read_part(storage: Storage, part: Part, key_field: str, key_type: str) -> St
         problems.append(f"{items} items, the index says {chunk.num_items}")
     stop = items if part.stop is None else min(part.stop, items)
     start = min(part.start, stop)
-    pairs, keyed = _pairs(data, offsets[start : stop + 1], key_field, key_type)
-    return StoredPart(part, True, items, tuple(problems), pairs, keyed)
+    pairs, keyed, contents = _pairs(data, offsets[start : stop + 1], key_field, key_type)
+    return StoredPart(part, True, items, tuple(problems), pairs, keyed, contents)
 
 
 def _pairs(
     data: bytes | mmap.mmap, offsets: np.ndarray, key_field: str, key_type: str
-) -> tuple[np.ndarray, np.ndarray]:
-    """The pair hash of each item whose framing ``offsets`` gives, and whether it has a key; :data:`PART_ITEMS`
-    items at a time."""
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The pair hash of each item whose framing ``offsets`` gives, whether it has a key, and its content hash;
+    :data:`PART_ITEMS` items at a time."""
     parts = [
         _part_pairs(data, offsets[start : start + PART_ITEMS + 1], key_field, key_type)
         for start in range(0, len(offsets) - 1, PART_ITEMS)
     ]
     if not parts:
-        return np.zeros((0, 16), np.uint8), np.zeros(0, bool)
-    return np.concatenate([pairs for pairs, _ in parts]), np.concatenate([keyed for _, keyed in parts])
+        return np.zeros((0, 16), np.uint8), np.zeros(0, bool), np.zeros((0, 16), np.uint8)
+    return tuple(np.concatenate(column) for column in zip(*parts))  # type: ignore[return-value]
 
 
 def _part_pairs(
     data: bytes | mmap.mmap, offsets: np.ndarray, key_field: str, key_type: str
-) -> tuple[np.ndarray, np.ndarray]:
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     count = len(offsets) - 1
     pairs = np.zeros((count, 16), np.uint8)
     buffer = np.frombuffer(data, np.uint8)
@@ -154,7 +156,7 @@ def _part_pairs(
         key_array = pa.array(list(slow.values()), pa.large_string() if key_type == "str" else pa.int64())
         pairs[rows] = hashing.pair_hashes(key_array, _fixed(contents[rows]))
         keyed[rows] = True
-    return pairs, keyed
+    return pairs, keyed, contents
 
 
 def _gathered(buffer: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> pa.LargeBinaryArray:
