@@ -341,7 +341,7 @@ class _Matcher:
         # Duplicate keys: hashes that occur twice, in the manifest or among the items, confirmed by key.
         hashes = listed.key_hash
         key_type = pa.string() if config.key_type == "str" else pa.int64()
-        odd_hashes = np.sort(verify_listed.key_hashes(pa.array(odd_keys, key_type)))
+        odd_hashes = np.sort(verify_listed.key_hashes(pa.array(odd_keys, key_type))) if odd_keys else hashes[:0]
         sorted_hashes = np.sort(hashes)
         found_twice = [
             sorted_hashes[1:][sorted_hashes[1:] == sorted_hashes[:-1]],  # in the manifest

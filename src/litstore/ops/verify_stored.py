@@ -30,6 +30,7 @@ from litstore._litdata import chunk as chunk_layout
 from litstore._litdata.index import ChunkInfo
 from litstore.errors import IntegrityError, MissingFileError
 from litstore.format import codec, hashing, recordscan
+from litstore.ops import verify_listed
 from litstore.storage import Storage
 
 #: Items of a chunk read as one part (about 1 MiB of pair hashes, and of the arrays a scan uses).
@@ -143,7 +144,7 @@ def _part_pairs(
                 decode[fast] = True
                 fast = fast[:0]
         else:
-            keys = pa.array(scan.values[fast], pa.int64())
+            keys = verify_listed.arrow_int64(scan.values[fast])
     if len(fast):
         pairs[fast] = hashing.pair_hashes(keys, _fixed(contents[fast]))
     slow: dict[int, str | int] = {}
