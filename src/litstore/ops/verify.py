@@ -13,7 +13,7 @@ compares that with the manifest and the commit record:
 - chunk files that are missing, truncated, or whose layout is damaged;
 - record counts and the fingerprint, recomputed from the manifest and from the
   data, against the commit record;
-- for a format-3 version, its key runs and its chunks' hashes sidecars, which
+- for a format-3 or 4 version, its key runs and its chunks' hashes sidecars, which
   lookups and streaming read instead of the manifest, against the manifest
   (:mod:`litstore.ops.verify_index`);
 - for a format-4 version, its deletion vectors (:mod:`litstore.ops.verify_deletions`):
@@ -21,18 +21,21 @@ compares that with the manifest and the commit record:
   list. Dead rows are not data: they are not "stored but not listed", not
   duplicates, and count in neither the record counts nor the data fingerprint.
 
-In bounded memory: the manifest is streamed, one row group at a time, into 34 bytes
+In bounded memory: the manifest is streamed, one row group at a time, into 26 bytes
 of fixed-size numpy columns per row (:mod:`litstore.ops.verify_listed`), never one
-Arrow table of the version, and the chunks are read one part at a time into 17 bytes
+Arrow table of the version, and the chunks are read one part at a time into 33 bytes
 per item (:mod:`litstore.ops.verify_stored`); no Python object is made per record.
 A manifest row and the item at its chunk and row agree when their pair hashes
 (xxh3-128 of key bytes and content hash, the fingerprint's terms) do; only the rows
 and items that disagree, or whose key hashes meet, are read again to name their keys.
-Memory is about 40 bytes a record (50 while the rows are sorted by place) plus a few
-chunks; a format-3 version keeps 40 bytes more a row, and its key runs' entries (48
-bytes each, with a sort's 8) while they are checked; a format-4 version, the dead rows
-of the chunk being matched (4 bytes each) and up to 64 decoded vectors, and 16 bytes
-per dead row the manifest lists (a damaged vector). ``num_workers`` processes read
+Memory is about 32 bytes a record (46 while the rows are sorted by place) plus a few
+chunks. The key runs of a format-3 or 4 version are checked by sums, one range of
+key hashes at a time, and the sidecars against the items' hashes as each chunk is read
+(:mod:`litstore.ops.verify_index`): neither holds anything per record unless the sums
+disagree, when the disagreements are named at the old cost (40 bytes more a row and
+48 an index entry). A format-4 version keeps the dead rows of the chunk being matched
+(4 bytes each) and up to 64 decoded vectors, and 16 bytes per dead row the manifest
+lists (a damaged vector). ``num_workers`` processes read
 the chunks (and one the manifest) while this one matches what they return: xxhash
 and msgpack hold the GIL for small items, so threads would not run them side by side.
 """
@@ -295,7 +298,7 @@ class _Matcher:
         rows = self.order[lo:hi].astype(np.int64)
         items = (self.location[lo:hi] - base).astype(np.int64) - start
         self.seen[rows] = np.minimum(self.seen[rows], 254) + 1
-        same = keyed[items] & (_words(pairs)[items] == _words(self.listed.pair)[rows]).all(axis=1)
+        same = keyed[items] & (_words(pairs)[items, 0] == self.listed.pair[rows])
         self.hits[rows[same]] = np.minimum(self.hits[rows[same]], 254) + 1
         bad = ~(same & (self.listed.split[rows] == self.listing_splits[listing]))
         if bad.any():

@@ -1,4 +1,4 @@
-"""What ``verify`` checks of a format-3 version beside its chunks: its key index and its chunks' sidecars.
+"""What ``verify`` checks of a format-3 or 4 version beside its chunks: its key index and its chunks' sidecars.
 
 Lookups, ``get_many``, ``in``, append's key check and near diffs read a version's
 key runs (:mod:`litstore.read.keyruns`) instead of its manifest, and streaming checks
@@ -9,15 +9,23 @@ sound. So ``verify`` checks both against the manifest rows it holds
 
 - :func:`check_key_index`: every run opens and every page passes its checks; then
   the runs' entries are resolved as a lookup resolves them (per key hash and
-  keyprint, the first entry of the newest run that has one decides) and joined with
-  the manifest's rows: each live row's deciding entry must be live at the row's
-  chunk and row with its content hash, and no key the manifest lacks may be live.
-  Entries are held as 48 bytes each (a 24-byte sort key of key hash and keyprint,
-  a place, a content hash), sorted with numpy; a damaged run is reported and the
-  join is skipped, as any lookup through it would fail anyway.
-- :func:`check_sidecars`: each listed chunk's sidecar, where there is one (a
-  missing one is fine: readers fall back to the manifest), parses and holds, at
-  every row the manifest lists in that chunk, the row's content hash.
+  keyprint, the first entry of the newest run that has one decides), and each live
+  row must have its deciding entry live at the row's chunk and row with its content
+  hash, and no key the manifest lacks may be live. That is checked by sums: the runs
+  are read one range of key hashes at a time (about :data:`_RANGE_ENTRIES` entries of
+  all runs), the range's entries resolved, and the live ones summed with
+  :class:`~litstore.ops.verify_listed.IndexDigest` (a seeded digest of key hash,
+  keyprint, place and content hash), which the manifest's rows were summed with as
+  they streamed past. Equal sums: the index agrees (but for a chance of about
+  2**-128). Otherwise the manifest is read again keeping each row's expected entry
+  (40 bytes a row) and every run's entries are joined with it whole (48 bytes an
+  entry, sorted with numpy) to name each disagreement. A damaged run is reported and
+  the join is skipped, as any lookup through it would fail anyway.
+- :class:`Sidecars`: each listed chunk's sidecar, where there is one (a missing one
+  is fine: readers fall back to the manifest), parses and holds, at every row the
+  manifest lists in that chunk, the row's content hash. Checked as ``verify`` reads
+  the chunk, against the content hashes it computes of the items that matched their
+  rows; the manifest's hash is read again only for the rows whose item did not.
 
 Each problem is ``(file, what)``; at most :data:`NAMED` are named one by one, and one
 more entry counts the rest, so a wholly stale index cannot make a report of a
@@ -26,6 +34,7 @@ billion lines.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -167,7 +176,7 @@ def _streamed(
     cut_pages = np.unique(np.linspace(0, len(largest.tail.fences), ranges, endpoint=False).astype(np.int64))[1:]
     cuts = [None, *np.unique(largest.tail.fences[cut_pages]).tolist(), None]
     total_sum = 0
-    for low, high in zip(cuts[:-1], cuts[1:]):
+    for low, high in itertools.pairwise(cuts):
         parts = []
         for run in runs:
             entries = _range_entries(run, low, high, problems)
@@ -177,7 +186,9 @@ def _streamed(
             continue
         resolved, _ = _resolve(parts)
         live = resolved.places != _DELETED_PLACE
-        total_sum += digest.sum(resolved.hashes[live], resolved.prints[live], resolved.places[live], resolved.contents[live])
+        total_sum += digest.sum(
+            resolved.hashes[live], resolved.prints[live], resolved.places[live], resolved.contents[live]
+        )
     return problems, total_sum % verify_listed.INDEX_MODULUS
 
 

@@ -4,23 +4,27 @@ A version's manifest is its newest checkpoint with the deltas after it applied
 (:func:`litstore.read.manifests.compose`). Composing it as one Arrow table holds every
 key string, chunk name and field value at once; ``verify`` needs of each row only
 what it compares, so :func:`read_listed` applies the same rule while it reads the
-files one row group at a time and keeps, per live row, 34 bytes:
+files one row group at a time and keeps, per live row, 26 bytes:
 
 - ``key_hash`` (8): the first 8 bytes of the key's keyprint (xxh3-128 of its bytes,
   :func:`litstore.format.hashing.keyprint`), to find duplicate keys by sorting (every
   duplicate is then confirmed by its key: two keys may share a hash);
-- ``pair`` (16): the row's fingerprint term, xxh3-128 of key bytes and content hash
-  (:func:`litstore.format.hashing.pair_hash`): a record read from a chunk matches the
-  row when its own pair is equal, so key and content are compared at once, and the
-  manifest's fingerprint is their sum;
+- ``pair`` (8): the first word of the row's fingerprint term, xxh3-128 of key bytes
+  and content hash (:func:`litstore.format.hashing.pair_hash`): a record read from a
+  chunk matches the row when its own pair's first word is equal, so key and content
+  are compared at once (a damaged record that matched by a 2**-64 chance would still
+  change the data fingerprint, which sums whole pairs); the manifest's fingerprint,
+  the sum of whole pairs, is summed as the rows stream past;
 - ``location`` (8): chunk number << 32 | row;
 - ``split`` (2): the split's number.
 
-For a version of a format-3 store, whose key runs and chunk sidecars
-(:mod:`litstore.ops.verify_index`) are checked against these rows, 40 bytes more
-(:class:`Indexed`): the content hash (16), the keyprint (16), and the key hash key
-runs sort by (xxh3-64 of the key's bytes, 8; left empty when the version lists no
-runs).
+For a version with key runs (formats 3 and 4), what each row's index entry must hold
+(key hash runs sort by: xxh3-64 of the key's bytes; keyprint; place; content hash) is
+summed as a seeded digest (:class:`IndexDigest`), which
+:func:`litstore.ops.verify_index.check_key_index` compares with the same sum over the
+runs' resolved entries. Only when the sums differ is the manifest read again with
+``detail``, keeping those 40 bytes a row (:class:`Indexed`) to name the rows that
+disagree.
 
 The rule needs to know which keys newer deltas mention: those are kept as their
 keyprints (16 bytes each, what key runs identify keys by), sorted by key hash, and a
@@ -247,7 +251,9 @@ def _integers(column: pa.ChunkedArray) -> np.ndarray:
     for chunk in column.chunks:
         width = chunk.type.bit_width // 8
         kind = "i" if pa.types.is_signed_integer(chunk.type) else "u"
-        parts.append(np.frombuffer(chunk.buffers()[1], f"<{kind}{width}", count=len(chunk), offset=chunk.offset * width))
+        parts.append(
+            np.frombuffer(chunk.buffers()[1], f"<{kind}{width}", count=len(chunk), offset=chunk.offset * width)
+        )
     return np.concatenate(parts) if len(parts) > 2 else parts[-1]
 
 
@@ -266,9 +272,7 @@ def key_hashes_of(prints: np.ndarray) -> np.ndarray:
     return _as_words(prints)[:, 0].copy()
 
 
-def read_listed(
-    storage: Storage, config: StoreConfig, version: Version, names: Names, detail: bool = False
-) -> Listed:
+def read_listed(storage: Storage, config: StoreConfig, version: Version, names: Names, detail: bool = False) -> Listed:
     """Stream ``version``'s manifest files into fixed columns (see the module docstring).
 
     For a version with key runs, the rows' :class:`IndexDigest` terms are summed as they
@@ -292,7 +296,8 @@ def read_listed(
     groups: list[tuple[str, bool, int, np.ndarray]] = []
     mentioned = _Mentioned()
     fingerprint = 0
-    for path, delta in files:
+    for number, (path, delta) in enumerate(files):
+        newer = number + 1 < len(files)  # an older file follows, whose rows the keys of this one supersede
         data = storage.read(path)
         wanted = (*_COLUMNS, "change") if delta else _COLUMNS
         file_prints: list[np.ndarray] = []
@@ -303,7 +308,8 @@ def read_listed(
             hashes = key_hashes_of(prints)
             live = ~mentioned.rows_of(prints, hashes)
             if delta:
-                file_prints.append(prints)
+                if newer:
+                    file_prints.append(prints)
                 live &= ~_is_change(table.column("change"), ChangeKind.DELETED)
             _check_chunk_names(table.column("chunk"), path, delta)
             groups.append((path, delta, group, np.packbits(live)))
@@ -313,7 +319,7 @@ def read_listed(
             pair, location, split = _fixed_columns(rows, path, names)
             fingerprint += hashing.digest_sum(pair)
             columns["key_hash"].append(hashes[live])
-            columns["pair"].append(pair)
+            columns["pair"].append(_as_words(pair)[:, 0].copy())
             columns["location"].append(location)
             columns["split"].append(split)
             if indexed:
@@ -325,11 +331,11 @@ def read_listed(
                 contents = _as_words(content_rows(rows.column("content_hash")))
                 run_hashes = hashing.key_hash_array(rows.column("key"))
                 index_sum += digest.sum(run_hashes, _as_words(prints)[live], location, contents)
-        if delta:
+        if file_prints:
             mentioned.add(file_prints)
     empty: dict[str, np.ndarray] = {
         "key_hash": np.empty(0, np.uint64),
-        "pair": np.empty((0, 16), np.uint8),
+        "pair": np.empty(0, np.uint64),
         "location": np.empty(0, np.uint64),
         "split": np.empty(0, np.uint16),
         "content": np.empty((0, 16), np.uint8),
