@@ -37,7 +37,6 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
@@ -130,14 +129,13 @@ def _detailed(storage: Storage, version: Version, listed: Listed, names: Names) 
 
 @dataclass
 class _Run:
-    """A run being read range by range: its reader, tail, chunk numbers and (local) mapping."""
+    """A run being read range by range: its reader, tail and chunk numbers, and the pages that failed."""
 
     number: int
     storage: Storage
     reader: RunReader
     tail: keyrun.Tail
     codes: np.ndarray
-    mapped: Any  # the run's bytes mapped, or None: pages are read by ranges
     failed: set[int]  # pages that failed their checks (each reported once)
 
 
@@ -162,12 +160,7 @@ def _streamed(
             problems.append((ref.path, str(exc)))
             continue
         codes = np.array([names.chunk(name) for name in tail.chunks] + [0], np.uint64)
-        try:
-            mapped = storage.mapped(ref.path)
-        except MissingFileError:  # removed since its tail was read
-            problems.append((ref.path, f"key run {ref.path}, which the commit record lists, is missing"))
-            continue
-        runs.append(_Run(number, storage, reader, tail, codes, mapped, set()))
+        runs.append(_Run(number, storage, reader, tail, codes, set()))
     if not runs:
         return problems, 0
     largest = max(runs, key=lambda run: run.tail.entries)
@@ -204,17 +197,21 @@ def _range_entries(run: _Run, low: int | None, high: int | None, problems: list[
     entries = []
     for start in range(first, stop, _PAGES_AT_ONCE):
         numbers = [number for number in range(start, min(start + _PAGES_AT_ONCE, stop)) if number not in run.failed]
-        spans = [(number * size, min((number + 1) * size, run.tail.entries_bytes)) for number in numbers]
+        if not numbers:
+            continue
+        # One ranged read of the pages (not slices of a mapping: touched pages of a mapped
+        # run stay resident while it is mapped, and the runs of a 4M-record store are 290 MB).
+        begin, end = numbers[0] * size, min((numbers[-1] + 1) * size, run.tail.entries_bytes)
         try:
-            if run.mapped is not None:
-                view = memoryview(run.mapped)
-                data: list[bytes | memoryview] = [view[begin:end] for begin, end in spans]
-            else:
-                data = list(run.storage.read_ranges(path, spans))
+            block = memoryview(run.storage.read_range(path, begin, end))
         except MissingFileError:
             problems.append((path, f"key run {path}, which the commit record lists, is missing"))
             run.failed.update(range(len(fences)))
             return None
+        data = [
+            block[number * size - begin : min((number + 1) * size, run.tail.entries_bytes) - begin]
+            for number in numbers
+        ]
         try:
             pages = keyrun.check_pages(path, run.tail, numbers, data)
         except IntegrityError:
