@@ -159,3 +159,16 @@ def test_int_keys_through_the_scan(make_store: Callable[..., litstore.Store]) ->
     report = store.verify(expected_keys=[*keys, *range(1000, 1010)])
     assert report.ok, report.summary()
     assert report.records_checked == 22
+
+
+def test_mentioned_keys_that_share_a_first_word_are_told_apart_by_the_second() -> None:
+    """The rule's set of keys newer deltas mention: keyprints equal in their first 8 bytes still differ."""
+
+    def prints(*pairs: tuple[int, int]) -> np.ndarray:
+        return np.array(pairs, np.uint64).view(np.uint8).reshape(-1, 16)
+
+    mentioned = verify_listed._Mentioned()
+    mentioned.add([prints((7, 1), (3, 9))])
+    mentioned.add([prints((7, 2)), prints((1, 1))])
+    asked = prints((7, 1), (7, 2), (7, 3), (3, 9), (3, 8), (1, 1), (2, 1))
+    assert mentioned.rows_of(asked).tolist() == [True, True, False, True, False, True, False]

@@ -366,7 +366,7 @@ def columns_from_parquet(
 
 
 def row_groups_of_parquet(
-    data: bytes, path: str, key_type: str, names: Sequence[str], delta: bool
+    data: bytes | pa.NativeFile, path: str, key_type: str, names: Sequence[str], delta: bool
 ) -> Iterator[pa.Table]:
     """The columns ``names`` (fixed ones, or a delta's ``change``) of a manifest or delta file, one row group at
     a time: for readers that stream a large file and keep little of each row (``verify``).
@@ -386,7 +386,8 @@ def row_groups_of_parquet(
         ]
     )
     try:
-        file = pq.ParquetFile(pa.BufferReader(data), read_dictionary=[name for name in encoded if name in names])
+        source = data if isinstance(data, pa.NativeFile) else pa.BufferReader(data)  # (a file: read by ranges)
+        file = pq.ParquetFile(source, read_dictionary=[name for name in encoded if name in names])
         groups = file.num_row_groups
     except (pa.ArrowException, OSError, ValueError) as exc:
         raise IntegrityError(f"manifest file {path} is damaged: {exc}") from exc

@@ -13,7 +13,7 @@ compares that with the manifest and the commit record:
 - chunk files that are missing, truncated, or whose layout is damaged;
 - record counts and the fingerprint, recomputed from the manifest and from the
   data, against the commit record;
-- for a format-3 version, its key runs and its chunks' hashes sidecars, which
+- for a format-3 or 4 version, its key runs and its chunks' hashes sidecars, which
   lookups and streaming read instead of the manifest, against the manifest
   (:mod:`litstore.ops.verify_index`);
 - for a format-4 version, its deletion vectors (:mod:`litstore.ops.verify_deletions`):
@@ -21,18 +21,21 @@ compares that with the manifest and the commit record:
   list. Dead rows are not data: they are not "stored but not listed", not
   duplicates, and count in neither the record counts nor the data fingerprint.
 
-In bounded memory: the manifest is streamed, one row group at a time, into 34 bytes
+In bounded memory: the manifest is streamed, one row group at a time, into 26 bytes
 of fixed-size numpy columns per row (:mod:`litstore.ops.verify_listed`), never one
-Arrow table of the version, and the chunks are read one part at a time into 17 bytes
+Arrow table of the version, and the chunks are read one part at a time into 33 bytes
 per item (:mod:`litstore.ops.verify_stored`); no Python object is made per record.
 A manifest row and the item at its chunk and row agree when their pair hashes
 (xxh3-128 of key bytes and content hash, the fingerprint's terms) do; only the rows
 and items that disagree, or whose key hashes meet, are read again to name their keys.
-Memory is about 40 bytes a record (50 while the rows are sorted by place) plus a few
-chunks; a format-3 version keeps 40 bytes more a row, and its key runs' entries (48
-bytes each, with a sort's 8) while they are checked; a format-4 version, the dead rows
-of the chunk being matched (4 bytes each) and up to 64 decoded vectors, and 16 bytes
-per dead row the manifest lists (a damaged vector). ``num_workers`` processes read
+Memory is about 32 bytes a record (46 while the rows are sorted by place) plus a few
+chunks. The key runs of a format-3 or 4 version are checked by sums, one range of
+key hashes at a time, and the sidecars against the items' hashes as each chunk is read
+(:mod:`litstore.ops.verify_index`): neither holds anything per record unless the sums
+disagree, when the disagreements are named at the old cost (40 bytes more a row and
+48 an index entry). A format-4 version keeps the dead rows of the chunk being matched
+(4 bytes each) and up to 64 decoded vectors, and 16 bytes per dead row the manifest
+lists (a damaged vector). ``num_workers`` processes read
 the chunks (and one the manifest) while this one matches what they return: xxhash
 and msgpack hold the GIL for small items, so threads would not run them side by side.
 """
@@ -188,8 +191,9 @@ def verify(
             reading = pool.submit(verify_listed.read_listed_and_names, storage, config, version, names)
             read = verify_stored.read_parts(storage, parts, config.key, config.key_type, pool)
             listed, names = reading.result()
-        index_problems = verify_index.check_key_index(storage, version, listed, names)
+        index_problems = verify_index.check_key_index(storage, config, version, listed, names)
         matcher = _Matcher(listed, listing_chunks, listing_splits)
+        sidecars = verify_index.Sidecars(storage, listings, config.writes_key_runs)
         bar = stack.enter_context(tqdm(total=len(listings), desc="verifying", unit="chunk", disable=not progress))
         for stored in read:
             part = stored.part
@@ -204,14 +208,15 @@ def verify(
                 continue
             start = min(part.start, stored.items)
             dead = dead_rows.mask(part.listing, start, len(stored.pairs))
-            live = matcher.match(part.listing, start, stored.pairs, stored.keyed, dead)
+            live, items, same = matcher.match(part.listing, start, stored.pairs, stored.keyed, dead)
+            sidecars.part(part.listing, start, stored.contents, items, same, matcher.rows_at)
             count = int(np.count_nonzero(live))
             records += count
             split = listings[part.listing][0]
             found_counts[split] = found_counts.get(split, 0) + count
             data_fingerprint += hashing.digest_sum(stored.pairs[stored.keyed & live])
     dead_rows.finish()
-    index_problems += verify_index.check_sidecars(storage, listings, listed, matcher.rows_at)
+    index_problems += sidecars.finish(listed, matcher.rows_at)
     found = matcher.finish(storage, config, listings)
     missing_keys: list[Any] = []
     unexpected_keys: list[Any] = []
@@ -281,10 +286,11 @@ class _Matcher:
 
     def match(
         self, listing: int, start: int, pairs: np.ndarray, keyed: np.ndarray, dead: np.ndarray | None
-    ) -> np.ndarray:
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Items ``start`` onwards of the chunk of listing ``listing``: their pair hashes, whether they have keys,
         and whether its deletion vector marks them dead (``None``: the vector does not decode, so the items the
-        manifest does not list are taken as its dead ones). Returns which items are live: the data.
+        manifest does not list are taken as its dead ones). Returns which items are live (the data), and the
+        items (from ``start``) that manifest rows list with whether each matched its row.
         """
         count = len(pairs)
         base = np.uint64(int(self.listing_chunks[listing]) << 32)
@@ -292,7 +298,7 @@ class _Matcher:
         rows = self.order[lo:hi].astype(np.int64)
         items = (self.location[lo:hi] - base).astype(np.int64) - start
         self.seen[rows] = np.minimum(self.seen[rows], 254) + 1
-        same = keyed[items] & (_words(pairs)[items] == _words(self.listed.pair)[rows]).all(axis=1)
+        same = keyed[items] & (_words(pairs)[items, 0] == self.listed.pair[rows])
         self.hits[rows[same]] = np.minimum(self.hits[rows[same]], 254) + 1
         bad = ~(same & (self.listed.split[rows] == self.listing_splits[listing]))
         if bad.any():
@@ -311,7 +317,7 @@ class _Matcher:
         if len(odd):
             self.odd.append((listing, odd + start, listed_here[odd]))
         live: np.ndarray = ~dead
-        return live
+        return live, items, same
 
     def rows_at(self, listing: int, count: int) -> tuple[np.ndarray, np.ndarray]:
         """The manifest rows listed at items ``[0, count)`` of listing ``listing``'s chunk, and those items."""
@@ -338,7 +344,7 @@ class _Matcher:
         # Duplicate keys: hashes that occur twice, in the manifest or among the items, confirmed by key.
         hashes = listed.key_hash
         key_type = pa.string() if config.key_type == "str" else pa.int64()
-        odd_hashes = np.sort(verify_listed.key_hashes(pa.array(odd_keys, key_type)))
+        odd_hashes = np.sort(verify_listed.key_hashes(pa.array(odd_keys, key_type))) if odd_keys else hashes[:0]
         sorted_hashes = np.sort(hashes)
         found_twice = [
             sorted_hashes[1:][sorted_hashes[1:] == sorted_hashes[:-1]],  # in the manifest

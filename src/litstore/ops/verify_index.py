@@ -1,4 +1,4 @@
-"""What ``verify`` checks of a format-3 version beside its chunks: its key index and its chunks' sidecars.
+"""What ``verify`` checks of a format-3 or 4 version beside its chunks: its key index and its chunks' sidecars.
 
 Lookups, ``get_many``, ``in``, append's key check and near diffs read a version's
 key runs (:mod:`litstore.read.keyruns`) instead of its manifest, and streaming checks
@@ -9,15 +9,23 @@ sound. So ``verify`` checks both against the manifest rows it holds
 
 - :func:`check_key_index`: every run opens and every page passes its checks; then
   the runs' entries are resolved as a lookup resolves them (per key hash and
-  keyprint, the first entry of the newest run that has one decides) and joined with
-  the manifest's rows: each live row's deciding entry must be live at the row's
-  chunk and row with its content hash, and no key the manifest lacks may be live.
-  Entries are held as 48 bytes each (a 24-byte sort key of key hash and keyprint,
-  a place, a content hash), sorted with numpy; a damaged run is reported and the
-  join is skipped, as any lookup through it would fail anyway.
-- :func:`check_sidecars`: each listed chunk's sidecar, where there is one (a
-  missing one is fine: readers fall back to the manifest), parses and holds, at
-  every row the manifest lists in that chunk, the row's content hash.
+  keyprint, the first entry of the newest run that has one decides), and each live
+  row must have its deciding entry live at the row's chunk and row with its content
+  hash, and no key the manifest lacks may be live. That is checked by sums: the runs
+  are read one range of key hashes at a time (about :data:`_RANGE_ENTRIES` entries of
+  all runs), the range's entries resolved, and the live ones summed with
+  :class:`~litstore.ops.verify_listed.IndexDigest` (a seeded digest of key hash,
+  keyprint, place and content hash), which the manifest's rows were summed with as
+  they streamed past. Equal sums: the index agrees (but for a chance of about
+  2**-128). Otherwise the manifest is read again keeping each row's expected entry
+  (40 bytes a row) and every run's entries are joined with it whole (48 bytes an
+  entry, sorted with numpy) to name each disagreement. A damaged run is reported and
+  the join is skipped, as any lookup through it would fail anyway.
+- :class:`Sidecars`: each listed chunk's sidecar, where there is one (a missing one
+  is fine: readers fall back to the manifest), parses and holds, at every row the
+  manifest lists in that chunk, the row's content hash. Checked as ``verify`` reads
+  the chunk, against the content hashes it computes of the items that matched their
+  rows; the manifest's hash is read again only for the rows whose item did not.
 
 Each problem is ``(file, what)``; at most :data:`NAMED` are named one by one, and one
 more entry counts the rest, so a wholly stale index cannot make a report of a
@@ -26,6 +34,7 @@ billion lines.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -34,7 +43,8 @@ import numpy as np
 from litstore._litdata.index import ChunkInfo
 from litstore.errors import IntegrityError
 from litstore.format import chunkhashes, keyrun, layout
-from litstore.format.models import Version
+from litstore.format.models import StoreConfig, Version
+from litstore.ops import verify_listed
 from litstore.ops.verify_listed import Listed, Names
 from litstore.read.keyruns import RunReader
 from litstore.storage import MissingFileError, Storage
@@ -47,6 +57,8 @@ _DELETED_PLACE = np.uint64(2**64 - 1)
 _PAGES_AT_ONCE = 256
 #: Manifest rows joined with the index at once (bounds the sort keys made for them).
 _SLICE = 1 << 20
+#: Entries of all runs read together by the streamed check (one range of key hashes).
+_RANGE_ENTRIES = 1 << 18
 #: A join key: the key hash key runs sort by, then the keyprint (compared as 24 bytes).
 _KEY = np.dtype([("hash", "<u8"), ("print", "V16")])
 
@@ -65,18 +77,33 @@ class _Entries:
         return _Entries(self.hashes[rows], self.prints[rows], self.places[rows], self.contents[rows], self.runs[rows])
 
 
-def check_key_index(storage: Storage, version: Version, listed: Listed, names: Names) -> list[tuple[str, str]]:
+def check_key_index(
+    storage: Storage, config: StoreConfig, version: Version, listed: Listed, names: Names
+) -> list[tuple[str, str]]:
     """The ways ``version``'s key runs disagree with its manifest rows ``listed`` (see the module docstring).
 
     ``names`` numbers the chunks of ``listed``'s places; chunks only a run names are
     numbered too. Versions without runs are not checked (nothing reads an index they
-    do not have).
+    do not have). The runs are read range by range of key hash and their resolved
+    entries summed (:func:`_streamed`); only when that sum is not the manifest's are the
+    manifest and the runs read again, whole, to name what disagrees.
 
     Raises:
         StorageError: a run cannot be read (other than not existing).
     """
-    if not version.key_runs or listed.indexed is None:
+    if not version.key_runs or listed.index_digest is None:
         return []
+    problems, entries_sum = _streamed(storage, version, names, listed.index_digest)
+    if problems:  # lookups through a damaged run fail; what it would have said cannot be checked
+        return problems
+    if entries_sum == listed.index_sum:
+        return []
+    detailed = verify_listed.read_listed(storage, config, version, names, detail=True)
+    return _detailed(storage, version, detailed, names)
+
+
+def _detailed(storage: Storage, version: Version, listed: Listed, names: Names) -> list[tuple[str, str]]:
+    """Every run's entries at once, resolved and joined with every manifest row: what names the disagreements."""
     paths = [ref.path for ref in version.key_runs]
     problems: list[tuple[str, str]] = []
     parts: list[_Entries] = []
@@ -94,10 +121,119 @@ def check_key_index(storage: Storage, version: Version, listed: Listed, names: N
             if pages:
                 joined = np.concatenate([page.view(np.uint8) for page in pages]).view(keyrun.ENTRY)  # (as bytes: fast)
                 parts.append(_entry_columns(joined, codes, number))
-    if problems:  # lookups through a damaged run fail; what it would have said cannot be checked
+    if problems:
         return problems
     resolved, keys = _resolve(parts)
     return _joined(resolved, keys, listed, paths, names)
+
+
+@dataclass
+class _Run:
+    """A run being read range by range: its reader, tail and chunk numbers, and the pages that failed."""
+
+    number: int
+    storage: Storage
+    reader: RunReader
+    tail: keyrun.Tail
+    codes: np.ndarray
+    failed: set[int]  # pages that failed their checks (each reported once)
+
+
+def _streamed(
+    storage: Storage, version: Version, names: Names, digest: verify_listed.IndexDigest
+) -> tuple[list[tuple[str, str]], int]:
+    """Every run opened and every page checked, and the sum of :class:`~litstore.ops.verify_listed.IndexDigest`
+    over the entries a lookup resolves that are live, read one range of key hashes at a time.
+
+    The ranges are cut at fences of the largest run, :data:`_RANGE_ENTRIES` entries of
+    all runs apart on average; each range reads the pages of each run that can hold its
+    hashes (a page at a cut is read by both ranges), keeps the entries inside it and
+    resolves them as :func:`_resolve` does. Memory: one range's entries.
+    """
+    problems: list[tuple[str, str]] = []
+    runs: list[_Run] = []
+    for number, ref in enumerate(version.key_runs):
+        reader = RunReader(storage, ref)
+        try:
+            tail = reader.tail()
+        except IntegrityError as exc:
+            problems.append((ref.path, str(exc)))
+            continue
+        codes = np.array([names.chunk(name) for name in tail.chunks] + [0], np.uint64)
+        runs.append(_Run(number, storage, reader, tail, codes, set()))
+    if not runs:
+        return problems, 0
+    largest = max(runs, key=lambda run: run.tail.entries)
+    total = sum(run.tail.entries for run in runs)
+    ranges = max(1, -(-total // _RANGE_ENTRIES))
+    cut_pages = np.unique(np.linspace(0, len(largest.tail.fences), ranges, endpoint=False).astype(np.int64))[1:]
+    cuts = [None, *np.unique(largest.tail.fences[cut_pages]).tolist(), None]
+    total_sum = 0
+    for low, high in itertools.pairwise(cuts):
+        parts = []
+        for run in runs:
+            entries = _range_entries(run, low, high, problems)
+            if entries is not None and len(entries):
+                parts.append(_entry_columns(entries, run.codes, run.number))
+        if problems or not parts:
+            continue
+        resolved, _ = _resolve(parts)
+        live = resolved.places != _DELETED_PLACE
+        total_sum += digest.sum(
+            resolved.hashes[live], resolved.prints[live], resolved.places[live], resolved.contents[live]
+        )
+    return problems, total_sum % verify_listed.INDEX_MODULUS
+
+
+def _range_entries(run: _Run, low: int | None, high: int | None, problems: list[tuple[str, str]]) -> np.ndarray | None:
+    """The checked entries of ``run`` whose key hashes are in ``[low, high)`` (``None``: unbounded)."""
+    fences = run.tail.fences
+    first = 0 if low is None else max(int(np.searchsorted(fences, np.uint64(low), "left")) - 1, 0)
+    stop = len(fences) if high is None else int(np.searchsorted(fences, np.uint64(high), "right"))
+    if stop <= first:
+        return None
+    size = run.tail.page * keyrun.ENTRY.itemsize
+    path = run.reader.ref.path
+    entries = []
+    for start in range(first, stop, _PAGES_AT_ONCE):
+        numbers = [number for number in range(start, min(start + _PAGES_AT_ONCE, stop)) if number not in run.failed]
+        if not numbers:
+            continue
+        # One ranged read of the pages (not slices of a mapping: touched pages of a mapped
+        # run stay resident while it is mapped, and the runs of a 4M-record store are 290 MB).
+        begin, end = numbers[0] * size, min((numbers[-1] + 1) * size, run.tail.entries_bytes)
+        try:
+            block = memoryview(run.storage.read_range(path, begin, end))
+        except MissingFileError:
+            problems.append((path, f"key run {path}, which the commit record lists, is missing"))
+            run.failed.update(range(len(fences)))
+            return None
+        data = [
+            block[number * size - begin : min((number + 1) * size, run.tail.entries_bytes) - begin]
+            for number in numbers
+        ]
+        try:
+            pages = keyrun.check_pages(path, run.tail, numbers, data)
+        except IntegrityError:
+            pages = []
+            for number, page_data in zip(numbers, data, strict=True):  # which of them failed, each on its own
+                try:
+                    pages.append(keyrun.check_page(path, run.tail, number, page_data))
+                except IntegrityError as exc:
+                    run.failed.add(number)
+                    problems.append((path, str(exc)))
+        if pages:
+            entries.append(np.concatenate([page.view(np.uint8) for page in pages]).view(keyrun.ENTRY))
+    if not entries:
+        return None
+    joined = np.concatenate(entries)
+    hashes = joined["key_hash"]
+    inside = np.ones(len(joined), bool)
+    if low is not None:
+        inside &= hashes >= np.uint64(low)
+    if high is not None:
+        inside &= hashes < np.uint64(high)
+    return joined[inside]
 
 
 def _checked_pages(reader: RunReader, numbers: list[int], problems: list[tuple[str, str]]) -> list[np.ndarray]:
@@ -295,52 +431,129 @@ def _place(place: int, names: Names) -> str:
     return f"{names.chunks[place >> 32]} row {place & 0xFFFFFFFF}"
 
 
-def check_sidecars(
-    storage: Storage,
-    listings: Sequence[tuple[str, ChunkInfo]],
-    listed: Listed,
-    rows_at: Callable[[int, int], tuple[np.ndarray, np.ndarray]],
-) -> list[tuple[str, str]]:
-    """The ways the hashes sidecars of the listed chunks disagree with the manifest (see the module docstring).
+class Sidecars:
+    """The hashes sidecars of the listed chunks against the manifest, checked as ``verify`` reads each chunk.
 
-    ``rows_at(listing, count)`` are the manifest rows that items ``[0, count)`` of
-    listing ``listing`` hold, and the items they are at. Chunks without a sidecar are not checked.
-
-    Raises:
-        StorageError: a sidecar cannot be read (other than not existing).
+    A listed item whose pair hash matched its manifest row's holds that row's content
+    hash, which ``verify`` has just computed, so the sidecar is compared with the item's
+    hash (:meth:`part`); only the listed rows whose item did not match (or was not read:
+    a missing or damaged chunk) are compared with the manifest's hash, read again for
+    them at the end (:meth:`finish`). Chunks without a sidecar are not checked (readers
+    fall back to the manifest). Memory: the sidecar of the chunk being read.
     """
-    indexed = listed.indexed
-    if indexed is None:
-        return []
-    present: dict[str, set[str]] = {}
-    problems: list[tuple[str, str]] = []
-    seen: set[str] = set()
-    for listing, (_, chunk) in enumerate(listings):
-        if chunk.filename in seen:
-            continue
-        seen.add(chunk.filename)
+
+    def __init__(self, storage: Storage, listings: Sequence[tuple[str, ChunkInfo]], enabled: bool) -> None:
+        self._storage = storage
+        self._listings = listings
+        self._enabled = enabled
+        self._first: dict[str, int] = {}
+        for listing, (_, chunk) in enumerate(listings):
+            self._first.setdefault(chunk.filename, listing)
+        self._present: dict[str, set[str]] = {}
+        self._current: tuple[int, np.ndarray | None, np.ndarray] | None = None  # listing, words, items compared
+        self._reached: set[int] = set()
+        self._wrong: dict[int, list[np.ndarray]] = {}  # listing: items whose sidecar hash is not their row's
+        self._deferred: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # listing: manifest rows, items
+        self._problems: dict[int, tuple[str, str]] = {}
+
+    def _open(self, listing: int) -> np.ndarray | None:
+        """Listing ``listing``'s sidecar as ``(n, 2)`` words; ``None``: there is none, or it does not parse."""
+        chunk = self._listings[listing][1]
         path = layout.chunk_hashes(chunk.filename)
         fragment, _, name = path.rpartition("/")
-        if fragment not in present:
-            present[fragment] = set(storage.names(fragment))
-        if name not in present[fragment]:
-            continue
+        if fragment not in self._present:
+            self._present[fragment] = set(self._storage.names(fragment))
+        if name not in self._present[fragment]:
+            return None
         try:
-            data = storage.mapped(path)
+            data = self._storage.mapped(path)
             if data is None:  # never more than a sidecar of this chunk can be (one byte more shows it is longer)
-                data = storage.read_range(path, 0, chunkhashes.size(chunk.num_items) + 1)
+                data = self._storage.read_range(path, 0, chunkhashes.size(chunk.num_items) + 1)
             hashes = chunkhashes.parse(chunk.filename, data, chunk.num_items)
         except MissingFileError:
-            continue  # removed since it was listed: readers fall back to the manifest
+            return None  # removed since it was listed: readers fall back to the manifest
         except IntegrityError as exc:
-            problems.append((path, str(exc)))
-            continue
-        rows, items = rows_at(listing, chunk.num_items)
-        stored = np.frombuffer(hashes, np.uint64).reshape(-1, 2)
-        wrong = (stored[items] != indexed.content[rows].view(np.uint64).reshape(-1, 2)).any(axis=1)
+            self._problems[listing] = (path, str(exc))
+            return None
+        return np.frombuffer(hashes, np.uint64).reshape(-1, 2)
+
+    def _reach(self, listing: int, rows_at: Callable[[int, int], tuple[np.ndarray, np.ndarray]]) -> None:
+        if self._current is not None and self._current[0] == listing:
+            return
+        self._close(rows_at)
+        self._reached.add(listing)
+        words = self._open(listing)
+        count = self._listings[listing][1].num_items if words is not None else 0
+        self._current = (listing, words, np.zeros(count, bool))
+
+    def _close(self, rows_at: Callable[[int, int], tuple[np.ndarray, np.ndarray]]) -> None:
+        """The rows of the chunk left whose items were not compared: compared with the manifest at the end."""
+        if self._current is None:
+            return
+        listing, words, compared = self._current
+        self._current = None
+        if words is None:
+            return
+        rows, items = rows_at(listing, len(compared))
+        todo = ~compared[items]
+        if todo.any():
+            self._deferred[listing] = (rows[todo], items[todo])
+
+    def part(
+        self,
+        listing: int,
+        start: int,
+        contents: np.ndarray,
+        items: np.ndarray,
+        same: np.ndarray,
+        rows_at: Callable[[int, int], tuple[np.ndarray, np.ndarray]],
+    ) -> None:
+        """Items ``start`` onwards of listing ``listing``'s chunk were read: their content hashes, the ones the
+        manifest lists (``items``, from ``start``) and which of those matched their row."""
+        if not self._enabled or self._first[self._listings[listing][1].filename] != listing:
+            return
+        self._reach(listing, rows_at)
+        assert self._current is not None
+        _, words, compared = self._current
+        if words is None:
+            return
+        matched = items[same]
+        at = matched + start
+        inside = at < len(words)
+        at, matched = at[inside], matched[inside]
+        wrong = (words[at] != _words(contents[matched])).any(axis=1)
         if wrong.any():
-            bad = np.sort(items[wrong])
+            self._wrong.setdefault(listing, []).append(at[wrong])
+        compared[at] = True
+
+    def finish(
+        self, listed: Listed, rows_at: Callable[[int, int], tuple[np.ndarray, np.ndarray]]
+    ) -> list[tuple[str, str]]:
+        """Every problem found, in the order of the listings: chunks no part reached are checked now."""
+        if not self._enabled:
+            return []
+        self._close(rows_at)
+        for listing in sorted(set(self._first.values()) - self._reached):
+            self._reach(listing, rows_at)
+            self._close(rows_at)
+        if self._deferred:
+            wanted = np.unique(np.concatenate([rows for rows, _ in self._deferred.values()]))
+            table = listed.rows(wanted, ("content_hash",))
+            contents = _words(verify_listed.content_rows(table.column("content_hash")))
+            for listing, (rows, items) in self._deferred.items():
+                words = self._open(listing)
+                assert words is not None
+                wrong = (words[items] != contents[np.searchsorted(wanted, rows)]).any(axis=1)
+                if wrong.any():
+                    self._wrong.setdefault(listing, []).append(items[wrong])
+        problems = []
+        for listing in sorted({*self._wrong, *self._problems}):
+            if listing in self._problems:
+                problems.append(self._problems[listing])
+                continue
+            chunk = self._listings[listing][1]
+            bad = np.unique(np.concatenate(self._wrong[listing]))
             shown = ", ".join(map(str, bad[:8].tolist())) + (" and more" if len(bad) > 8 else "")
             what = f"rows {shown} ({len(bad)} of {chunk.num_items}) hold another content hash than the manifest's"
-            problems.append((path, what))
-    return problems
+            problems.append((layout.chunk_hashes(chunk.filename), what))
+        return problems

@@ -30,6 +30,7 @@ from litstore._litdata import chunk as chunk_layout
 from litstore._litdata.index import ChunkInfo
 from litstore.errors import IntegrityError, MissingFileError
 from litstore.format import codec, hashing, recordscan
+from litstore.ops import verify_listed
 from litstore.storage import Storage
 
 #: Items of a chunk read as one part (about 1 MiB of pair hashes, and of the arrays a scan uses).
@@ -57,6 +58,7 @@ class StoredPart:
         problems: what is wrong with the chunk as a whole (checked by the part that starts it).
         pairs: ``(n, 16)`` pair hash of each item read (zeros where ``keyed`` is false).
         keyed: whether each item decodes to a record with a key of the store's type.
+        contents: ``(n, 16)`` content hash of each item read.
     """
 
     part: Part
@@ -65,6 +67,7 @@ class StoredPart:
     problems: tuple[str, ...]
     pairs: np.ndarray
     keyed: np.ndarray
+    contents: np.ndarray
 
 
 def _contents(storage: Storage, name: str) -> bytes | mmap.mmap:
@@ -79,7 +82,7 @@ def read_part(storage: Storage, part: Part, key_field: str, key_type: str) -> St
         StorageError: the chunk cannot be read (other than not existing).
     """
     chunk = part.chunk
-    nothing = (np.zeros((0, 16), np.uint8), np.zeros(0, bool))
+    nothing = (np.zeros((0, 16), np.uint8), np.zeros(0, bool), np.zeros((0, 16), np.uint8))
     try:
         data = _contents(storage, chunk.filename)
     except MissingFileError:
@@ -97,27 +100,27 @@ def read_part(storage: Storage, part: Part, key_field: str, key_type: str) -> St
         problems.append(f"{items} items, the index says {chunk.num_items}")
     stop = items if part.stop is None else min(part.stop, items)
     start = min(part.start, stop)
-    pairs, keyed = _pairs(data, offsets[start : stop + 1], key_field, key_type)
-    return StoredPart(part, True, items, tuple(problems), pairs, keyed)
+    pairs, keyed, contents = _pairs(data, offsets[start : stop + 1], key_field, key_type)
+    return StoredPart(part, True, items, tuple(problems), pairs, keyed, contents)
 
 
 def _pairs(
     data: bytes | mmap.mmap, offsets: np.ndarray, key_field: str, key_type: str
-) -> tuple[np.ndarray, np.ndarray]:
-    """The pair hash of each item whose framing ``offsets`` gives, and whether it has a key; :data:`PART_ITEMS`
-    items at a time."""
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The pair hash of each item whose framing ``offsets`` gives, whether it has a key, and its content hash;
+    :data:`PART_ITEMS` items at a time."""
     parts = [
         _part_pairs(data, offsets[start : start + PART_ITEMS + 1], key_field, key_type)
         for start in range(0, len(offsets) - 1, PART_ITEMS)
     ]
     if not parts:
-        return np.zeros((0, 16), np.uint8), np.zeros(0, bool)
-    return np.concatenate([pairs for pairs, _ in parts]), np.concatenate([keyed for _, keyed in parts])
+        return np.zeros((0, 16), np.uint8), np.zeros(0, bool), np.zeros((0, 16), np.uint8)
+    return tuple(np.concatenate(column) for column in zip(*parts))  # type: ignore[return-value]
 
 
 def _part_pairs(
     data: bytes | mmap.mmap, offsets: np.ndarray, key_field: str, key_type: str
-) -> tuple[np.ndarray, np.ndarray]:
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     count = len(offsets) - 1
     pairs = np.zeros((count, 16), np.uint8)
     buffer = np.frombuffer(data, np.uint8)
@@ -141,7 +144,7 @@ def _part_pairs(
                 decode[fast] = True
                 fast = fast[:0]
         else:
-            keys = pa.array(scan.values[fast], pa.int64())
+            keys = verify_listed.arrow_int64(scan.values[fast])
     if len(fast):
         pairs[fast] = hashing.pair_hashes(keys, _fixed(contents[fast]))
     slow: dict[int, str | int] = {}
@@ -154,7 +157,7 @@ def _part_pairs(
         key_array = pa.array(list(slow.values()), pa.large_string() if key_type == "str" else pa.int64())
         pairs[rows] = hashing.pair_hashes(key_array, _fixed(contents[rows]))
         keyed[rows] = True
-    return pairs, keyed
+    return pairs, keyed, contents
 
 
 def _gathered(buffer: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> pa.LargeBinaryArray:
