@@ -290,10 +290,11 @@ def without_unchanged(parent: VersionReader, batch: Batch) -> tuple[Batch, list[
     positions = found.column("position").to_numpy()
     keep = np.ones(len(batch), dtype=bool)
     moving: list[tuple[int, Any, str, str]] = []
+    contents = batch.contents
     for position, content, split in zip(
         positions.tolist(), found.column("content_hash").to_pylist(), found.column("split").to_pylist()
     ):
-        if content == batch.content_hashes[position]:
+        if content == contents[position].tobytes():
             keep[position] = False
         elif split != batch.splits[position]:
             moving.append((position, batch.keys[position], split, batch.splits[position]))

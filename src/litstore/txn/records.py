@@ -54,14 +54,16 @@ class Batch:
     ``items`` holds each record's canonical bytes after their length (litdata's item
     framing: one contiguous Arrow array of what the chunk files hold, so chunks are
     written from it in bulk); ``fields`` the value of each declared field of
-    each record (an Arrow array per field, typed as its manifest column).
+    each record (an Arrow array per field, typed as its manifest column);
+    ``contents`` the content hash of each record, as the rows of an ``(n, 16)`` uint8
+    array (no Python object per record).
     """
 
     keys: list[Any]
     key_hashes: np.ndarray
     splits: list[str]
     items: pa.LargeBinaryArray
-    content_hashes: list[bytes]
+    contents: np.ndarray
     fields: dict[str, pa.Array] = field(default_factory=dict)
 
     def __len__(self) -> int:
@@ -75,7 +77,7 @@ class Batch:
             key_hashes=self.key_hashes[keep],
             splits=[self.splits[i] for i in indices],
             items=self.items.filter(pa.array(keep, pa.bool_())),
-            content_hashes=[self.content_hashes[i] for i in indices],
+            contents=self.contents[keep],
             fields={name: values.filter(pa.array(keep, pa.bool_())) for name, values in self.fields.items()},
         )
 
@@ -169,7 +171,9 @@ def prepare(
             invalid; the error names them. Of several kinds, the first in that order.
     """
     runs = list(prepare_runs(records, config, model, progress, run_bytes=None, fields=fields))
-    return runs[0] if runs else Batch([], np.empty(0, np.uint64), [], pa.array([], pa.large_binary()), [])
+    if runs:
+        return runs[0]
+    return Batch([], np.empty(0, np.uint64), [], pa.array([], pa.large_binary()), np.empty((0, 16), np.uint8))
 
 
 def prepare_runs(
@@ -415,7 +419,7 @@ def _concat(pieces: list[Batch]) -> Batch:
         key_hashes=np.concatenate([piece.key_hashes for piece in pieces]),
         splits=[split for piece in pieces for split in piece.splits],
         items=pa.concat_arrays([piece.items for piece in pieces]),
-        content_hashes=[content for piece in pieces for content in piece.content_hashes],
+        contents=np.concatenate([piece.contents for piece in pieces]),
         fields={name: pa.concat_arrays([piece.fields[name] for piece in pieces]) for name in pieces[0].fields},
     )
 
@@ -440,7 +444,8 @@ def _batch(
 ) -> Batch:
     arrays = {name: pa.array(values[name], field_format.arrow_type(type_name)) for name, type_name in declared}
     items = columnar.sized(pa.array(payloads, pa.large_binary()))
-    return Batch(keys, hashing.key_hashes(keys), splits, items, contents, arrays)
+    digests = np.frombuffer(b"".join(contents), dtype=np.uint8).reshape(-1, 16)
+    return Batch(keys, hashing.key_hashes(keys), splits, items, digests, arrays)
 
 
 def _table_batch(table: pa.Table, config: StoreConfig, declared: list[tuple[str, str]]) -> Batch | None:
@@ -458,7 +463,7 @@ def _table_batch(table: pa.Table, config: StoreConfig, declared: list[tuple[str,
     elif not pa.types.is_integer(kind) or (kind == pa.uint64() and pc.max(key_column).as_py() >= 2**63):
         return None
     keys = key_column.to_pylist()
-    key_hashes = hashing.key_hashes(keys)
+    key_hashes = hashing.key_hash_array(key_column)
     ordered = np.sort(key_hashes)
     if np.any(ordered[1:] == ordered[:-1]):
         return None  # a duplicate key (or two keys that share a hash): named record by record
@@ -482,7 +487,7 @@ def _table_batch(table: pa.Table, config: StoreConfig, declared: list[tuple[str,
     items = columnar.encode_table(table, sized=True)
     if items is None:
         return None
-    return Batch(keys, key_hashes, splits, items, hashing.content_hashes(items, skip=4), arrays)
+    return Batch(keys, key_hashes, splits, items, hashing.content_hash_array(items, skip=4), arrays)
 
 
 def _extract_fields(
