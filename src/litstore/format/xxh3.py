@@ -179,10 +179,14 @@ class _Block:
         """The little-endian 64-bit words at byte ``positions`` (unaligned)."""
         if self.stride and len(positions) == len(self.starts):
             offset = int(positions[0])
-            return np.ndarray(len(positions), dtype="<u8", buffer=self.bytes, offset=offset, strides=(self.stride,))
+            words: npt.NDArray[np.uint64] = np.ndarray(
+                len(positions), dtype="<u8", buffer=self.bytes, offset=offset, strides=(self.stride,)
+            )
+            return words
         index = positions >> 3
         shift = ((positions & 7) << 3).astype(np.uint64)
-        return (self.words[index] >> shift) | (self.words[index + 1] << (_U64(64) - shift))
+        joined: npt.NDArray[np.uint64] = (self.words[index] >> shift) | (self.words[index + 1] << (_U64(64) - shift))
+        return joined
 
     def read32(self, positions: npt.NDArray[np.int64]) -> npt.NDArray[np.uint64]:
         return self.read64(positions) & _MASK32
@@ -196,15 +200,13 @@ class _Block:
         return [(name, rows) for name, rows in found if len(rows)]
 
     def long_digests(self, rows: npt.NDArray[np.intp], digest: Any, seed: int | None = None) -> list[Any]:
-        view = memoryview(self.raw)
+        view = memoryview(self.raw.data)
         spans = zip(self.starts[rows].tolist(), (self.starts[rows] + self.lengths[rows]).tolist(), strict=True)
         if seed is None:
             return [digest(view[start:end]) for start, end in spans]
         return [digest(view[start:end], seed) for start, end in spans]
 
-    def mix16(
-        self, positions: npt.NDArray[np.int64], secret: int, seed: int
-    ) -> npt.NDArray[np.uint64]:
+    def mix16(self, positions: npt.NDArray[np.int64], secret: int, seed: int) -> npt.NDArray[np.uint64]:
         low = self.read64(positions) ^ _U64((_secret64(secret) + seed) & _M64)
         high = self.read64(positions + 8) ^ _U64((_secret64(secret + 8) - seed) & _M64)
         return _fold(low, high)
@@ -252,16 +254,12 @@ class _Block:
     def _mid64(self, starts: Any, lengths: Any, seed: int) -> Any:
         acc = lengths.astype(np.uint64) * _U64(_PRIME64_1)
         ends = starts + lengths
-        for round_ in range(4):
-            take = lengths > 32 * round_ if round_ else None
-            part = np.flatnonzero(take) if take is not None else None
-            s = starts if part is None else starts[part]
-            e = ends if part is None else ends[part]
-            mixed = self.mix16(s + 16 * round_, 32 * round_, seed) + self.mix16(e - 16 * (round_ + 1), 32 * round_ + 16, seed)
-            if part is None:
-                acc += mixed
-            else:
-                acc[part] += mixed
+        acc += self.mix16(starts, 0, seed) + self.mix16(ends - 16, 16, seed)
+        for round_ in range(1, 4):  # inputs past 32, 64, 96 bytes mix 32 more each
+            part = np.flatnonzero(lengths > 32 * round_)
+            if len(part):
+                front = self.mix16(starts[part] + 16 * round_, 32 * round_, seed)
+                acc[part] += front + self.mix16(ends[part] - 16 * (round_ + 1), 32 * round_ + 16, seed)
         return _avalanche(acc)
 
     def _midsize64(self, starts: Any, lengths: Any, seed: int) -> Any:

@@ -51,15 +51,18 @@ def entries_of(rows: pa.Table, deleted_keys: Sequence[object], key_type: str) ->
     live = np.empty(rows.num_rows, dtype=keyrun.ENTRY)
     if rows.num_rows:
         _fill(live, rows, ids, hashed=True)
-    gone = np.zeros(len(deleted_keys), dtype=keyrun.ENTRY)
+    entries = live
     if len(deleted_keys):
+        gone = np.zeros(len(deleted_keys), dtype=keyrun.ENTRY)
         column = pa.array(list(deleted_keys), manifest_format.schema(key_type).field("key").type)
         gone["key_hash"] = hashing.key_hash_array(column)
         gone["chunk"] = keyrun.DELETED
         gone["keyprint"] = np.frombuffer(hashing.keyprint_array(column), dtype="V16")
-    entries = np.concatenate([live, gone])
-    order = np.argsort(entries["key_hash"], kind="stable")
-    return entries[order], list(names)
+        entries = np.concatenate([live, gone])
+    hashes = entries["key_hash"]
+    if len(hashes) > 1 and not bool(np.all(hashes[1:] >= hashes[:-1])):  # (one split's staged rows are sorted)
+        entries = entries[np.argsort(hashes, kind="stable")]
+    return entries, list(names)
 
 
 def full_run(manifest: pa.Table, progress: bool = False) -> tuple[np.ndarray, list[str]]:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -38,6 +39,7 @@ from litstore.errors import (
 )
 from litstore.format import codec, columnar, hashing
 from litstore.format import fields as field_format
+from litstore.format import manifest as manifest_format
 from litstore.format.models import FieldSplit, HashSplit, StoreConfig
 from litstore.txn.progress import bar as progress_bar
 
@@ -56,10 +58,11 @@ class Batch:
     written from it in bulk); ``fields`` the value of each declared field of
     each record (an Arrow array per field, typed as its manifest column);
     ``contents`` the content hash of each record, as the rows of an ``(n, 16)`` uint8
-    array (no Python object per record).
+    array (no Python object per record); ``key_column`` the keys, typed as the manifest's
+    key column (``keys`` is the same as a list, made when first asked for).
     """
 
-    keys: list[Any]
+    key_column: pa.Array
     key_hashes: np.ndarray
     splits: list[str]
     items: pa.LargeBinaryArray
@@ -67,13 +70,19 @@ class Batch:
     fields: dict[str, pa.Array] = field(default_factory=dict)
 
     def __len__(self) -> int:
-        return len(self.keys)
+        return len(self.key_column)
+
+    @cached_property
+    def keys(self) -> list[Any]:
+        """The keys as Python values (for the checks that name keys one by one)."""
+        keys: list[Any] = self.key_column.to_pylist()
+        return keys
 
     def select(self, keep: np.ndarray) -> Batch:
         """The records where ``keep`` is true, in order."""
         indices = np.flatnonzero(keep).tolist()
         return Batch(
-            keys=[self.keys[i] for i in indices],
+            key_column=self.key_column.filter(pa.array(keep, pa.bool_())),
             key_hashes=self.key_hashes[keep],
             splits=[self.splits[i] for i in indices],
             items=self.items.filter(pa.array(keep, pa.bool_())),
@@ -173,7 +182,8 @@ def prepare(
     runs = list(prepare_runs(records, config, model, progress, run_bytes=None, fields=fields))
     if runs:
         return runs[0]
-    return Batch([], np.empty(0, np.uint64), [], pa.array([], pa.large_binary()), np.empty((0, 16), np.uint8))
+    keys = pa.array([], _key_type(config))
+    return Batch(keys, np.empty(0, np.uint64), [], pa.array([], pa.large_binary()), np.empty((0, 16), np.uint8))
 
 
 def prepare_runs(
@@ -400,7 +410,8 @@ class _RunBuilder:
         if self.keys or not pieces:
             rule = self.config.splits
             splits = rule.assign_all(self.keys) if isinstance(rule, HashSplit) else self.splits
-            pieces = [*pieces, _batch(self.keys, splits, self.payloads, self.contents, self.declared, self.values)]
+            records = _batch(self.keys, splits, self.payloads, self.contents, self.declared, self.values, self.config)
+            pieces = [*pieces, records]
         self.pieces, self.size, self.indexed = [], 0, 0
         self.first_position.clear()
         self._reset_records()
@@ -415,7 +426,7 @@ def _payload_bytes(batch: Batch) -> int:
 def _concat(pieces: list[Batch]) -> Batch:
     """The batches ``pieces``, one after the other, as one batch."""
     return Batch(
-        keys=[key for piece in pieces for key in piece.keys],
+        key_column=pa.concat_arrays([piece.key_column for piece in pieces]),
         key_hashes=np.concatenate([piece.key_hashes for piece in pieces]),
         splits=[split for piece in pieces for split in piece.splits],
         items=pa.concat_arrays([piece.items for piece in pieces]),
@@ -441,11 +452,19 @@ def _batch(
     contents: list[bytes],
     declared: list[tuple[str, str]],
     values: dict[str, list[Any]],
+    config: StoreConfig,
 ) -> Batch:
     arrays = {name: pa.array(values[name], field_format.arrow_type(type_name)) for name, type_name in declared}
     items = columnar.sized(pa.array(payloads, pa.large_binary()))
     digests = np.frombuffer(b"".join(contents), dtype=np.uint8).reshape(-1, 16)
-    return Batch(keys, hashing.key_hashes(keys), splits, items, digests, arrays)
+    batch = Batch(pa.array(keys, _key_type(config)), hashing.key_hashes(keys), splits, items, digests, arrays)
+    batch.keys = keys  # (the list it was made from)
+    return batch
+
+
+def _key_type(config: StoreConfig) -> pa.DataType:
+    """The type of the manifest's key column."""
+    return manifest_format.schema(config.key_type).field("key").type
 
 
 def _table_batch(table: pa.Table, config: StoreConfig, declared: list[tuple[str, str]]) -> Batch | None:
@@ -462,14 +481,13 @@ def _table_batch(table: pa.Table, config: StoreConfig, declared: list[tuple[str,
             return None
     elif not pa.types.is_integer(kind) or (kind == pa.uint64() and pc.max(key_column).as_py() >= 2**63):
         return None
-    keys = key_column.to_pylist()
     key_hashes = hashing.key_hash_array(key_column)
     ordered = np.sort(key_hashes)
     if np.any(ordered[1:] == ordered[:-1]):
         return None  # a duplicate key (or two keys that share a hash): named record by record
     rule = config.splits
     if isinstance(rule, HashSplit):
-        splits = rule.assign_all(keys)
+        splits = rule.assign_all(key_column.to_pylist()) if len(rule.names) > 1 else [rule.names[0]] * len(key_column)
     else:
         assert isinstance(rule, FieldSplit)
         if rule.field not in names or table.column(rule.field).null_count:
@@ -487,6 +505,7 @@ def _table_batch(table: pa.Table, config: StoreConfig, declared: list[tuple[str,
     items = columnar.encode_table(table, sized=True)
     if items is None:
         return None
+    keys = key_column.combine_chunks().cast(_key_type(config))
     return Batch(keys, key_hashes, splits, items, hashing.content_hash_array(items, skip=4), arrays)
 
 

@@ -228,7 +228,7 @@ def _rows_of(run: Batch | Moved, key_type: pa.DataType) -> tuple[pa.Table, pa.Ar
         pa.binary(16), len(run), [None, pa.py_buffer(np.ascontiguousarray(run.contents))]
     )
     columns = {
-        "key": pa.array(run.keys, key_type),
+        "key": run.key_column.cast(key_type),
         "key_hash": pa.array(run.key_hashes, pa.uint64()),
         "content_hash": contents,
     }
