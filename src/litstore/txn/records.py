@@ -15,6 +15,7 @@ through the record-by-record path, which names every culprit.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -244,17 +245,13 @@ def _table_blocks(table: pa.Table, run_bytes: int | None) -> Iterator[tuple[int,
 
 def _record_blocks(records: Iterable[Any], builder: _RunBuilder) -> Iterator[tuple[int, list[Any]]]:
     """``(position of the first record, records)``: a small first block, then blocks about the size of a run."""
-    block: list[Any] = []
+    iterator = iter(records)
     start = 0
     limit = 64
-    for position, record in enumerate(records):
-        block.append(record)
-        if len(block) >= limit:
-            yield start, block
-            start, block = position + 1, []
-            limit = builder.block_records()
-    if block:
+    while block := list(itertools.islice(iterator, limit)):
         yield start, block
+        start += len(block)
+        limit = builder.block_records()
 
 
 class _RunBuilder:
