@@ -538,6 +538,9 @@ def _records(
             if _is_record(made):
                 yield made
                 continue
+            if type(made) in (list, tuple) and (model is not None or set(map(type, made)) <= {dict}):
+                yield from made  # the common case, checked in one pass (a list cannot fail half-way)
+                continue
             if isinstance(made, (str, bytes)) or not isinstance(made, Iterable):
                 raise _returned(position, value, made)
             yield from _guarded(made, position, value, passed, model is None)

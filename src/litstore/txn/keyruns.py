@@ -42,20 +42,27 @@ _FULL_RUN_BATCH = 1 << 18
 
 
 def entries_of(rows: pa.Table, deleted_keys: Sequence[object], key_type: str) -> tuple[np.ndarray, list[str]]:
-    """The run entries (sorted by key hash) of manifest ``rows`` (located live records) and of ``deleted_keys``."""
+    """The run entries (sorted by key hash) of manifest ``rows`` (located live records) and of ``deleted_keys``.
+
+    ``rows`` are a plan's (:attr:`litstore.txn.plan.Plan.rows`), whose key hashes the plan
+    derived from their keys.
+    """
     names, ids = manifest_format.chunk_codes(rows.column("chunk")) if rows.num_rows else ([], np.empty(0, np.int32))
     live = np.empty(rows.num_rows, dtype=keyrun.ENTRY)
     if rows.num_rows:
-        _fill(live, rows, ids)
-    gone = np.zeros(len(deleted_keys), dtype=keyrun.ENTRY)
+        _fill(live, rows, ids, hashed=True)
+    entries = live
     if len(deleted_keys):
+        gone = np.zeros(len(deleted_keys), dtype=keyrun.ENTRY)
         column = pa.array(list(deleted_keys), manifest_format.schema(key_type).field("key").type)
         gone["key_hash"] = hashing.key_hash_array(column)
         gone["chunk"] = keyrun.DELETED
         gone["keyprint"] = np.frombuffer(hashing.keyprint_array(column), dtype="V16")
-    entries = np.concatenate([live, gone])
-    order = np.argsort(entries["key_hash"], kind="stable")
-    return entries[order], list(names)
+        entries = np.concatenate([live, gone])
+    hashes = entries["key_hash"]
+    if len(hashes) > 1 and not bool(np.all(hashes[1:] >= hashes[:-1])):  # (one split's staged rows are sorted)
+        entries = entries[np.argsort(hashes, kind="stable")]
+    return entries, list(names)
 
 
 def full_run(manifest: pa.Table, progress: bool = False) -> tuple[np.ndarray, list[str]]:
@@ -81,9 +88,17 @@ def full_run(manifest: pa.Table, progress: bool = False) -> tuple[np.ndarray, li
     return entries, [names[i] for i in used.tolist()]
 
 
-def _fill(entries: np.ndarray, rows: pa.Table, chunk_ids: np.ndarray) -> None:
-    """Set ``entries`` to the live entries of manifest ``rows`` (their chunks numbered ``chunk_ids``)."""
-    entries["key_hash"] = hashing.key_hash_array(rows.column("key"))
+def _fill(entries: np.ndarray, rows: pa.Table, chunk_ids: np.ndarray, hashed: bool = False) -> None:
+    """Set ``entries`` to the live entries of manifest ``rows`` (their chunks numbered ``chunk_ids``).
+
+    ``hashed``: the rows' ``key_hash`` column was derived from their keys in this process
+    (a plan's rows: :func:`litstore.txn.plan.plan` never takes a fragment's), so it is used
+    as it is instead of hashing every key again.
+    """
+    if hashed:
+        entries["key_hash"] = rows.column("key_hash").to_numpy()
+    else:
+        entries["key_hash"] = hashing.key_hash_array(rows.column("key"))
     entries["chunk"] = chunk_ids
     entries["row"] = rows.column("row").to_numpy()
     contents = rows.column("content_hash").combine_chunks()

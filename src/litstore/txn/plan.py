@@ -265,7 +265,7 @@ def refuse_existing(parent: VersionReader, batch: Batch, offset: int = 0) -> Non
 
     ``offset`` is the input position of the batch's first record (for runs of a stream).
     """
-    existing = parent.existing_keys(batch.keys, batch.key_hashes)
+    existing = parent.existing_keys(batch.key_column, batch.key_hashes)
     if existing:
         positions = {key: offset + position for position, key in enumerate(batch.keys)}
         raise DuplicateKeyError(
@@ -285,15 +285,15 @@ def without_unchanged(parent: VersionReader, batch: Batch) -> tuple[Batch, list[
     """
     if not len(batch):
         return batch, []
-    key_type = pa.string() if parent.config.key_type == "str" else pa.int64()
-    found = parent.rows_for_keys(pa.array(batch.keys, key_type), batch.key_hashes)
+    found = parent.rows_for_keys(batch.key_column, batch.key_hashes)
     positions = found.column("position").to_numpy()
     keep = np.ones(len(batch), dtype=bool)
     moving: list[tuple[int, Any, str, str]] = []
+    contents = batch.contents
     for position, content, split in zip(
         positions.tolist(), found.column("content_hash").to_pylist(), found.column("split").to_pylist()
     ):
-        if content == batch.content_hashes[position]:
+        if content == contents[position].tobytes():
             keep[position] = False
         elif split != batch.splits[position]:
             moving.append((position, batch.keys[position], split, batch.splits[position]))

@@ -15,8 +15,10 @@ through the record-by-record path, which names every culprit.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -38,6 +40,7 @@ from litstore.errors import (
 )
 from litstore.format import codec, columnar, hashing
 from litstore.format import fields as field_format
+from litstore.format import manifest as manifest_format
 from litstore.format.models import FieldSplit, HashSplit, StoreConfig
 from litstore.txn.progress import bar as progress_bar
 
@@ -54,28 +57,37 @@ class Batch:
     ``items`` holds each record's canonical bytes after their length (litdata's item
     framing: one contiguous Arrow array of what the chunk files hold, so chunks are
     written from it in bulk); ``fields`` the value of each declared field of
-    each record (an Arrow array per field, typed as its manifest column).
+    each record (an Arrow array per field, typed as its manifest column);
+    ``contents`` the content hash of each record, as the rows of an ``(n, 16)`` uint8
+    array (no Python object per record); ``key_column`` the keys, typed as the manifest's
+    key column (``keys`` is the same as a list, made when first asked for).
     """
 
-    keys: list[Any]
+    key_column: pa.Array
     key_hashes: np.ndarray
     splits: list[str]
     items: pa.LargeBinaryArray
-    content_hashes: list[bytes]
+    contents: np.ndarray
     fields: dict[str, pa.Array] = field(default_factory=dict)
 
     def __len__(self) -> int:
-        return len(self.keys)
+        return len(self.key_column)
+
+    @cached_property
+    def keys(self) -> list[Any]:
+        """The keys as Python values (for the checks that name keys one by one)."""
+        keys: list[Any] = self.key_column.to_pylist()
+        return keys
 
     def select(self, keep: np.ndarray) -> Batch:
         """The records where ``keep`` is true, in order."""
         indices = np.flatnonzero(keep).tolist()
         return Batch(
-            keys=[self.keys[i] for i in indices],
+            key_column=self.key_column.filter(pa.array(keep, pa.bool_())),
             key_hashes=self.key_hashes[keep],
             splits=[self.splits[i] for i in indices],
             items=self.items.filter(pa.array(keep, pa.bool_())),
-            content_hashes=[self.content_hashes[i] for i in indices],
+            contents=self.contents[keep],
             fields={name: values.filter(pa.array(keep, pa.bool_())) for name, values in self.fields.items()},
         )
 
@@ -169,7 +181,10 @@ def prepare(
             invalid; the error names them. Of several kinds, the first in that order.
     """
     runs = list(prepare_runs(records, config, model, progress, run_bytes=None, fields=fields))
-    return runs[0] if runs else Batch([], np.empty(0, np.uint64), [], pa.array([], pa.large_binary()), [])
+    if runs:
+        return runs[0]
+    keys = pa.array([], _key_type(config))
+    return Batch(keys, np.empty(0, np.uint64), [], pa.array([], pa.large_binary()), np.empty((0, 16), np.uint8))
 
 
 def prepare_runs(
@@ -230,17 +245,13 @@ def _table_blocks(table: pa.Table, run_bytes: int | None) -> Iterator[tuple[int,
 
 def _record_blocks(records: Iterable[Any], builder: _RunBuilder) -> Iterator[tuple[int, list[Any]]]:
     """``(position of the first record, records)``: a small first block, then blocks about the size of a run."""
-    block: list[Any] = []
+    iterator = iter(records)
     start = 0
     limit = 64
-    for position, record in enumerate(records):
-        block.append(record)
-        if len(block) >= limit:
-            yield start, block
-            start, block = position + 1, []
-            limit = builder.block_records()
-    if block:
+    while block := list(itertools.islice(iterator, limit)):
         yield start, block
+        start += len(block)
+        limit = builder.block_records()
 
 
 class _RunBuilder:
@@ -396,7 +407,8 @@ class _RunBuilder:
         if self.keys or not pieces:
             rule = self.config.splits
             splits = rule.assign_all(self.keys) if isinstance(rule, HashSplit) else self.splits
-            pieces = [*pieces, _batch(self.keys, splits, self.payloads, self.contents, self.declared, self.values)]
+            records = _batch(self.keys, splits, self.payloads, self.contents, self.declared, self.values, self.config)
+            pieces = [*pieces, records]
         self.pieces, self.size, self.indexed = [], 0, 0
         self.first_position.clear()
         self._reset_records()
@@ -411,11 +423,11 @@ def _payload_bytes(batch: Batch) -> int:
 def _concat(pieces: list[Batch]) -> Batch:
     """The batches ``pieces``, one after the other, as one batch."""
     return Batch(
-        keys=[key for piece in pieces for key in piece.keys],
+        key_column=pa.concat_arrays([piece.key_column for piece in pieces]),
         key_hashes=np.concatenate([piece.key_hashes for piece in pieces]),
         splits=[split for piece in pieces for split in piece.splits],
         items=pa.concat_arrays([piece.items for piece in pieces]),
-        content_hashes=[content for piece in pieces for content in piece.content_hashes],
+        contents=np.concatenate([piece.contents for piece in pieces]),
         fields={name: pa.concat_arrays([piece.fields[name] for piece in pieces]) for name in pieces[0].fields},
     )
 
@@ -437,10 +449,19 @@ def _batch(
     contents: list[bytes],
     declared: list[tuple[str, str]],
     values: dict[str, list[Any]],
+    config: StoreConfig,
 ) -> Batch:
     arrays = {name: pa.array(values[name], field_format.arrow_type(type_name)) for name, type_name in declared}
     items = columnar.sized(pa.array(payloads, pa.large_binary()))
-    return Batch(keys, hashing.key_hashes(keys), splits, items, contents, arrays)
+    digests = np.frombuffer(b"".join(contents), dtype=np.uint8).reshape(-1, 16)
+    batch = Batch(pa.array(keys, _key_type(config)), hashing.key_hashes(keys), splits, items, digests, arrays)
+    batch.keys = keys  # (the list it was made from)
+    return batch
+
+
+def _key_type(config: StoreConfig) -> pa.DataType:
+    """The type of the manifest's key column."""
+    return manifest_format.schema(config.key_type).field("key").type
 
 
 def _table_batch(table: pa.Table, config: StoreConfig, declared: list[tuple[str, str]]) -> Batch | None:
@@ -457,14 +478,13 @@ def _table_batch(table: pa.Table, config: StoreConfig, declared: list[tuple[str,
             return None
     elif not pa.types.is_integer(kind) or (kind == pa.uint64() and pc.max(key_column).as_py() >= 2**63):
         return None
-    keys = key_column.to_pylist()
-    key_hashes = hashing.key_hashes(keys)
+    key_hashes = hashing.key_hash_array(key_column)
     ordered = np.sort(key_hashes)
     if np.any(ordered[1:] == ordered[:-1]):
         return None  # a duplicate key (or two keys that share a hash): named record by record
     rule = config.splits
     if isinstance(rule, HashSplit):
-        splits = rule.assign_all(keys)
+        splits = rule.assign_all(key_column.to_pylist()) if len(rule.names) > 1 else [rule.names[0]] * len(key_column)
     else:
         assert isinstance(rule, FieldSplit)
         if rule.field not in names or table.column(rule.field).null_count:
@@ -482,7 +502,8 @@ def _table_batch(table: pa.Table, config: StoreConfig, declared: list[tuple[str,
     items = columnar.encode_table(table, sized=True)
     if items is None:
         return None
-    return Batch(keys, key_hashes, splits, items, hashing.content_hashes(items, skip=4), arrays)
+    keys = key_column.combine_chunks().cast(_key_type(config))
+    return Batch(keys, key_hashes, splits, items, hashing.content_hash_array(items, skip=4), arrays)
 
 
 def _extract_fields(

@@ -160,7 +160,7 @@ def write_fragment(
                 for code in sorted(range(len(split_names)), key=split_names.__getitem__):
                     split = split_names[code]
                     members = np.flatnonzero(split_codes == code)
-                    order = members[np.argsort(key_hashes[members], kind="stable")]
+                    order = members[np.argsort(key_hashes[members])]  # ties: _break_hash_ties orders them
                     order = _break_hash_ties(order, key_hashes, run_rows.column("content_hash"))
                     writer = writers.get(split)
                     if writer is None:
@@ -225,10 +225,10 @@ def _rows_of(run: Batch | Moved, key_type: pa.DataType) -> tuple[pa.Table, pa.Ar
     if isinstance(run, Moved):
         return run.rows.select(["key", "key_hash", "content_hash"]), run.rows.column("split")
     contents = pa.FixedSizeBinaryArray.from_buffers(
-        pa.binary(16), len(run), [None, pa.py_buffer(b"".join(run.content_hashes))]
+        pa.binary(16), len(run), [None, pa.py_buffer(np.ascontiguousarray(run.contents))]
     )
     columns = {
-        "key": pa.array(run.keys, key_type),
+        "key": run.key_column.cast(key_type),
         "key_hash": pa.array(run.key_hashes, pa.uint64()),
         "content_hash": contents,
     }
