@@ -13,7 +13,8 @@ at its boundary, and reports a missing file as :class:`MissingFileError`.
 Concurrency: :meth:`Storage.put_if_absent` is atomic on every backend (locally a hard
 link, which fails if the target exists; on S3 a conditional PUT; in memory a lock),
 so of two writers creating the same commit record exactly one succeeds. Every other
-write replaces a whole file atomically, so a reader never sees a half-written file.
+write replaces a whole file atomically, so a reader never sees a half-written file,
+save :meth:`Storage.overwrite`, for the head hint, which every reader checks.
 
 How litdata's ``StreamingDataset`` reaches a root is the backend's to say
 (:meth:`Storage.litdata_input`): it reads a local directory in place, downloads from a
@@ -122,6 +123,12 @@ class Storage(ABC):
     @abstractmethod
     def write(self, path: str, data: bytes) -> None:
         """Create or replace the file atomically: readers see the old bytes or the new ones."""
+
+    def overwrite(self, path: str, data: bytes) -> None:
+        """Create or overwrite the file, without :meth:`write`'s atomicity: a reader may see the old bytes,
+        the new ones or a mix, and racing writers may leave a mix. For small files every reader checks
+        (the head hint); by default it is :meth:`write`."""
+        self.write(path, data)
 
     @abstractmethod
     def put_if_absent(self, path: str, data: bytes) -> bool:

@@ -141,6 +141,35 @@ class LocalStorage(Storage):
                 temporary.unlink(missing_ok=True)
             raise StorageError(f"cannot write {path!r} in {self.root}: {exc}") from exc
 
+    def overwrite(self, path: str, data: bytes) -> None:
+        """Write the bytes into the file where it stands, no rename: on ext4, renaming over an existing file
+        flushes the new one first (``auto_da_alloc``), 4 ms a commit for the head hint, against microseconds.
+
+        Only a regular file with no other link is written in place (never through a symlink, nor
+        into a file hard-linked from elsewhere); anything else is replaced as :meth:`write` does.
+        """
+        target = self._full(path)
+        try:
+            descriptor = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o666)
+        except OSError:  # a link, a directory, no directory yet, ...: what write does with it
+            self.write(path, data)
+            return
+        try:
+            status = os.fstat(descriptor)
+            in_place = stat.S_ISREG(status.st_mode) and status.st_nlink == 1
+            if in_place:
+                written = 0
+                while written < len(data):
+                    written += os.pwrite(descriptor, memoryview(data)[written:], written)
+                if status.st_size > len(data):
+                    os.ftruncate(descriptor, len(data))
+        except OSError as exc:
+            raise StorageError(f"cannot write {path!r} in {self.root}: {exc}") from exc
+        finally:
+            os.close(descriptor)
+        if not in_place:
+            self.write(path, data)
+
     def put_if_absent(self, path: str, data: bytes) -> bool:
         target = self._full(path)
         temporary = _temporary_beside(target)

@@ -66,6 +66,7 @@ def _calls(storage: Storage, path: str, local_file: str) -> dict[str, Callable[[
         "read_range": lambda: storage.read_range(path, 0, 1),
         "read_range (empty)": lambda: storage.read_range(path, 0, 0),
         "write": lambda: storage.write(path, b"x"),
+        "overwrite": lambda: storage.overwrite(path, b"x"),
         "put_if_absent": lambda: storage.put_if_absent(path, b"x"),
         "exists": lambda: storage.exists(path),
         "walk": lambda: storage.walk(path),
@@ -114,6 +115,16 @@ class StorageTests:
         assert storage.read("f") == b"new"
         assert [info.path for info in storage.walk("a")] == []
         assert storage.names("") == ["f"]
+
+    def test_overwrite_creates_then_holds_exactly_the_last_bytes(self, storage: Storage) -> None:
+        storage.overwrite("a/hint", b"12345\n")  # (its directory is new)
+        assert storage.read("a/hint") == b"12345\n"
+        storage.overwrite("a/hint", b"9\n")  # shorter: nothing of the old bytes is left
+        assert storage.read("a/hint") == b"9\n"
+        storage.overwrite("a/hint", b"1000000\n")
+        assert storage.read("a/hint") == b"1000000\n"
+        assert [info.path for info in storage.walk("a")] == ["a/hint"]
+        assert storage.temporary_files("a") == []
 
     def test_readers_see_old_or_new_bytes_never_a_mix(self, storage: Storage) -> None:
         versions = (b"A" * 200_000, b"B" * 200_000)
