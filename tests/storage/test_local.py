@@ -190,6 +190,8 @@ def test_temporary_files_are_listed_for_gc_but_not_walked(root: Path) -> None:
     (root / left).write_bytes(b"half written")
     (root / "fragments/t1/.tmp-not-ours").write_bytes(b"a user's file")
     assert [info.path for info in storage.temporary_files("fragments")] == [left]
+    files, temporary = storage.listing("fragments")
+    assert [info.path for info in temporary] == [left] and sorted(files) == sorted(storage.walk("fragments"))
     assert sorted(info.path for info in storage.walk("fragments")) == [
         "fragments/t1/.tmp-not-ours",
         "fragments/t1/chunk-0.bin",

@@ -115,7 +115,7 @@ class Storage(ABC):
         Raises :class:`MissingFileError` if there is no file.
         """
 
-    def read_ranges(self, path: str, spans: Sequence[tuple[int, int]]) -> list[bytes]:
+    def read_ranges(self, path: str, spans: Sequence[tuple[int, int]]) -> Sequence[bytes | memoryview]:
         """:meth:`read_range` of each ``(start, end)`` of ``spans``, in order: what a lookup of many pages of
         one file reads. A backend that can open the file once for all of them overrides it."""
         return [self.read_range(path, start, end) for start, end in spans]
@@ -166,6 +166,11 @@ class Storage(ABC):
         """Files under ``prefix`` left by writes that never finished (for gc); none by default."""
         check_path(prefix)
         return []
+
+    def listing(self, prefix: str) -> tuple[list[FileInfo], list[FileInfo]]:
+        """:meth:`walk` and :meth:`temporary_files` of ``prefix`` (for gc); a backend that can list both at
+        once overrides it."""
+        return self.walk(prefix), self.temporary_files(prefix)
 
     def local_path(self, path: str) -> str | None:
         """The local file system path of the file, if the backend has one (litdata then reads it in place)."""

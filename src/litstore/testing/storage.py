@@ -73,6 +73,7 @@ def _calls(storage: Storage, path: str, local_file: str) -> dict[str, Callable[[
         "delete": lambda: storage.delete(path),
         "delete_tree": lambda: storage.delete_tree(path),
         "temporary_files": lambda: storage.temporary_files(path),
+        "listing": lambda: storage.listing(path),
         "local_path": lambda: storage.local_path(path),
         "mapped": lambda: storage.mapped(path),
         "write_file": lambda: storage.write_file(path, local_file),
@@ -303,6 +304,15 @@ class StorageTests:
         # Some media keep whole seconds; allow a little slack for that and for clock skew.
         assert all(before - 5 <= info.modified <= after + 5 for info in found)
         assert sorted(info.path for info in storage.walk("w/two")) == ["w/two/four/five", "w/two/three"]
+
+    def test_listing_is_walk_and_temporary_files(self, storage: Storage) -> None:
+        for path in ("a/x", "a/b/y", "a/b/c/z", "b/w"):
+            storage.write(path, path.encode())
+        files, temporary = storage.listing("a")
+        assert sorted(files) == sorted(storage.walk("a"))
+        assert sorted(info.path for info in files) == ["a/b/c/z", "a/b/y", "a/x"]
+        assert temporary == storage.temporary_files("a") == []
+        assert storage.listing("nothing") == ([], [])
 
     def test_walk_of_missing_prefix_is_empty(self, storage: Storage) -> None:
         storage.write("a/b", b"x")
