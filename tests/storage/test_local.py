@@ -150,6 +150,39 @@ def test_fifo_is_refused_without_waiting(root: Path) -> None:
     assert [info.path for info in storage.walk("fragments")] == ["fragments/chunk-0.bin"]
 
 
+def test_overwrite_writes_in_place_only_a_file_of_its_own(root: Path, outside: Path) -> None:
+    """The head hint is written in place; a hint planted as a link (hard or symbolic) to a user's file, a FIFO
+    or a directory is never written through: a hard link or a FIFO is replaced by a file, the others refused."""
+    storage = LocalStorage(root)
+    storage.overwrite("versions/head.hint", b"7\n")
+    hint = root / "versions" / "head.hint"
+    inode = hint.stat().st_ino
+    storage.overwrite("versions/head.hint", b"8\n")
+    assert hint.read_bytes() == b"8\n" and hint.stat().st_ino == inode  # in place: no rename
+    before = tree_state(outside)
+    planted = {
+        "hard link": lambda: os.link(outside / "secret", hint),
+        "fifo": lambda: os.mkfifo(hint),
+    }
+    for kind, plant in planted.items():
+        hint.unlink()
+        plant()
+        storage.overwrite("versions/head.hint", b"9\n")  # returns (a FIFO is not waited on)
+        assert not hint.is_symlink() and hint.is_file() and hint.read_bytes() == b"9\n", kind
+        assert hint.stat().st_nlink == 1, kind
+        assert tree_state(outside) == before, kind
+    hint.unlink()
+    hint.symlink_to(outside / "secret")
+    with pytest.raises(UnsafePathError):
+        storage.overwrite("versions/head.hint", b"9\n")
+    assert hint.is_symlink() and tree_state(outside) == before
+    hint.unlink()
+    hint.mkdir()
+    with pytest.raises(StorageError):
+        storage.overwrite("versions/head.hint", b"9\n")
+    assert hint.is_dir() and tree_state(outside) == before
+
+
 def test_temporary_files_are_listed_for_gc_but_not_walked(root: Path) -> None:
     storage = LocalStorage(root)
     storage.write("fragments/t1/chunk-0.bin", b"chunk")
@@ -157,6 +190,8 @@ def test_temporary_files_are_listed_for_gc_but_not_walked(root: Path) -> None:
     (root / left).write_bytes(b"half written")
     (root / "fragments/t1/.tmp-not-ours").write_bytes(b"a user's file")
     assert [info.path for info in storage.temporary_files("fragments")] == [left]
+    files, temporary = storage.listing("fragments")
+    assert [info.path for info in temporary] == [left] and sorted(files) == sorted(storage.walk("fragments"))
     assert sorted(info.path for info in storage.walk("fragments")) == [
         "fragments/t1/.tmp-not-ours",
         "fragments/t1/chunk-0.bin",

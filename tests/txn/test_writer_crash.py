@@ -51,7 +51,7 @@ PARALLEL = 4
 
 Record = dict[str, Any]
 
-MUTATING = ("staging", "write", "put_if_absent", "delete", "delete_tree")
+MUTATING = ("staging", "write", "overwrite", "put_if_absent", "delete", "delete_tree")
 #: Every member of the ``Storage`` protocol (methods, properties and attributes).
 PROTOCOL = frozenset(name for name in (*vars(Storage), *Storage.__annotations__) if not name.startswith("_"))
 
@@ -80,6 +80,11 @@ class KillingStorage:
         self._step("write", path, "before")
         self._inner.write(path, data)
         self._step("write", path, "after")
+
+    def overwrite(self, path: str, data: bytes) -> None:
+        self._step("overwrite", path, "before")
+        self._inner.overwrite(path, data)
+        self._step("overwrite", path, "after")
 
     def put_if_absent(self, path: str, data: bytes) -> bool:
         self._step("put_if_absent", path, "before")
@@ -252,10 +257,10 @@ def _kill_points(base: Path, scratch: Path) -> list[KillPoint]:
         # The staging directory, then the stager's lease; after the commit record only the head hint is
         # written and the leases removed.
         commit_at = len(names) - names[::-1].index("put_if_absent")
-        after = {(name, path if name == "write" else "") for name, path in calls[commit_at:]}
+        after = {(name, path if name in ("write", "overwrite") else "") for name, path in calls[commit_at:]}
         # A delete stages nothing and writes no chunk: it marks the rows dead (format 4).
         first = ["write"] if operation == "delete" else ["staging", "write"]
-        assert names[: len(first)] == first and after <= {("delete", ""), ("write", layout.HEAD_HINT)}, names
+        assert names[: len(first)] == first and after <= {("delete", ""), ("overwrite", layout.HEAD_HINT)}, names
         final, _ = _outcome(operation, committed=True)
         assert calls[commit_at - 1][1] == f"versions/{final:08d}.json"
         assert "write" in names and (len(chunks) == 0 if operation == "delete" else len(chunks) >= 3), (names, chunks)

@@ -55,8 +55,6 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
-from tqdm.auto import tqdm
-
 from litstore.errors import InvalidArgumentError, StorageError
 from litstore.format import layout
 from litstore.format import manifest as manifest_format
@@ -64,6 +62,7 @@ from litstore.format.models import ExpiredVersion, StoreConfig, Version
 from litstore.read import log, manifests
 from litstore.storage import FileInfo, Storage
 from litstore.txn import leases
+from litstore.txn.progress import bar as progress_bar
 
 if TYPE_CHECKING:
     from litstore.read.version import VersionReader
@@ -179,10 +178,11 @@ def collect(
     collector = layout.new_transaction()  # this gc, in the marks it leaves
     now = leases.storage_clock(storage, collector)
     versions = head.versions()
-    recorded = _record_times(storage)
+    listings = {prefix: storage.listing(prefix) for prefix in (layout.FRAGMENTS, layout.MANIFESTS, layout.VERSIONS)}
+    recorded = _record_times(listings[layout.VERSIONS][0])
     kept = choose_kept(versions, _tagged(storage), keep_last, older_than, now, recorded)
     cutoff = now - grace.total_seconds()
-    fragment_files = storage.walk(layout.FRAGMENTS)
+    fragment_files = listings[layout.FRAGMENTS][0]
     # Every index is read (and its chunk names checked) before anything is written, so a
     # store gc refuses is left as it was. Only a version that expires or a chunk older than
     # the grace period can make a chunk go: without either, the commit records name every
@@ -224,13 +224,13 @@ def collect(
                 continue  # a stager or a commit may still publish it
             doomed.extend(_removable(listing, needed, expired_files, cutoff))
         for prefix in (layout.MANIFESTS, layout.VERSIONS):
-            doomed.extend(_removable(storage.walk(prefix), needed, expired_files, cutoff))
-        for prefix in (layout.FRAGMENTS, layout.MANIFESTS, layout.VERSIONS, layout.TAGS):
-            doomed.extend(
-                (found.path, found.size)
-                for found in storage.temporary_files(prefix)
-                if found.modified < cutoff and layout.is_temporary(found.path)
-            )
+            doomed.extend(_removable(listings[prefix][0], needed, expired_files, cutoff))
+        temporaries = [found for _, left in listings.values() for found in left] + storage.temporary_files(layout.TAGS)
+        doomed.extend(
+            (found.path, found.size)
+            for found in temporaries
+            if found.modified < cutoff and layout.is_temporary(found.path)
+        )
         doomed.sort()
         removed = doomed
         if not dry_run:
@@ -260,10 +260,10 @@ def _tagged(storage: Storage) -> list[int]:
     return [log.read_tag(storage, name).version for name in log.tag_names(storage)]
 
 
-def _record_times(storage: Storage) -> dict[int, float]:
-    """The storage's time of each commit record (its last write)."""
+def _record_times(listing: Iterable[FileInfo]) -> dict[int, float]:
+    """The storage's time of each commit record (its last write), from the listing of ``versions/``."""
     times: dict[int, float] = {}
-    for found in storage.walk(layout.VERSIONS):
+    for found in listing:
         name = found.path.removeprefix(f"{layout.VERSIONS}/")
         numbers = layout.version_numbers([name])
         if numbers:
@@ -299,7 +299,7 @@ def _remove(
         else:
             others.append((path, size))
     removed: list[tuple[str, int]] = []
-    bar = tqdm(total=len(doomed), desc="removing unreferenced files", unit="file", disable=not progress)
+    bar = progress_bar(progress, total=len(doomed), desc="removing unreferenced files", unit="file")
     try:
         for fragment, files in sorted(chunks.items()):
             mark = layout.doomed(fragment, collector)

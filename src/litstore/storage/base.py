@@ -13,7 +13,8 @@ at its boundary, and reports a missing file as :class:`MissingFileError`.
 Concurrency: :meth:`Storage.put_if_absent` is atomic on every backend (locally a hard
 link, which fails if the target exists; on S3 a conditional PUT; in memory a lock),
 so of two writers creating the same commit record exactly one succeeds. Every other
-write replaces a whole file atomically, so a reader never sees a half-written file.
+write replaces a whole file atomically, so a reader never sees a half-written file,
+save :meth:`Storage.overwrite`, for the head hint, which every reader checks.
 
 How litdata's ``StreamingDataset`` reaches a root is the backend's to say
 (:meth:`Storage.litdata_input`): it reads a local directory in place, downloads from a
@@ -114,7 +115,7 @@ class Storage(ABC):
         Raises :class:`MissingFileError` if there is no file.
         """
 
-    def read_ranges(self, path: str, spans: Sequence[tuple[int, int]]) -> list[bytes]:
+    def read_ranges(self, path: str, spans: Sequence[tuple[int, int]]) -> Sequence[bytes | memoryview]:
         """:meth:`read_range` of each ``(start, end)`` of ``spans``, in order: what a lookup of many pages of
         one file reads. A backend that can open the file once for all of them overrides it."""
         return [self.read_range(path, start, end) for start, end in spans]
@@ -122,6 +123,12 @@ class Storage(ABC):
     @abstractmethod
     def write(self, path: str, data: bytes) -> None:
         """Create or replace the file atomically: readers see the old bytes or the new ones."""
+
+    def overwrite(self, path: str, data: bytes) -> None:
+        """Create or overwrite the file, without :meth:`write`'s atomicity: a reader may see the old bytes,
+        the new ones or a mix, and racing writers may leave a mix. For small files every reader checks
+        (the head hint); by default it is :meth:`write`."""
+        self.write(path, data)
 
     @abstractmethod
     def put_if_absent(self, path: str, data: bytes) -> bool:
@@ -159,6 +166,11 @@ class Storage(ABC):
         """Files under ``prefix`` left by writes that never finished (for gc); none by default."""
         check_path(prefix)
         return []
+
+    def listing(self, prefix: str) -> tuple[list[FileInfo], list[FileInfo]]:
+        """:meth:`walk` and :meth:`temporary_files` of ``prefix`` (for gc); a backend that can list both at
+        once overrides it."""
+        return self.walk(prefix), self.temporary_files(prefix)
 
     def local_path(self, path: str) -> str | None:
         """The local file system path of the file, if the backend has one (litdata then reads it in place)."""

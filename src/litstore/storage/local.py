@@ -92,11 +92,22 @@ class LocalStorage(Storage):
             data: bytes = handle.read(max(end - start, 0))
         return data
 
-    def read_ranges(self, path: str, spans: Sequence[tuple[int, int]]) -> list[bytes]:
-        """Each span of the file, opened (and checked) once: 100 pages of a key run in 0.5 ms, not 5."""
+    def read_ranges(self, path: str, spans: Sequence[tuple[int, int]]) -> list[bytes | memoryview]:
+        """Each span of the file, opened (and checked) once, read into one buffer: views of it.
+
+        100 pages of a key run in 0.5 ms, not 5, for opening the file once; and into one
+        buffer, not a new ``bytes`` a span, which in a fresh process took 40 us a page.
+        """
+        sizes = [max(end - start, 0) for start, end in spans]
+        buffer = memoryview(bytearray(sum(sizes)))
+        views: list[bytes | memoryview] = []
         with self._open(path) as handle:
-            descriptor = handle.fileno()
-            return [os.pread(descriptor, max(end - start, 0), start) for start, end in spans]
+            descriptor, at = handle.fileno(), 0
+            for (start, _), size in zip(spans, sizes, strict=True):
+                got = os.preadv(descriptor, [buffer[at : at + size]], start) if size else 0
+                views.append(buffer[at : at + got])  # (fewer past the end of the file)
+                at += size
+        return views
 
     @contextmanager
     def _open(self, path: str) -> Iterator[Any]:
@@ -140,6 +151,35 @@ class LocalStorage(Storage):
             with contextlib.suppress(OSError):  # it may never have been created (no directory to hold it)
                 temporary.unlink(missing_ok=True)
             raise StorageError(f"cannot write {path!r} in {self.root}: {exc}") from exc
+
+    def overwrite(self, path: str, data: bytes) -> None:
+        """Write the bytes into the file where it stands, no rename: on ext4, renaming over an existing file
+        flushes the new one first (``auto_da_alloc``), 4 ms a commit for the head hint, against microseconds.
+
+        Only a regular file with no other link is written in place (never through a symlink, nor
+        into a file hard-linked from elsewhere); anything else is replaced as :meth:`write` does.
+        """
+        target = self._full(path)
+        try:
+            descriptor = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o666)
+        except OSError:  # a link, a directory, no directory yet, ...: what write does with it
+            self.write(path, data)
+            return
+        try:
+            status = os.fstat(descriptor)
+            in_place = stat.S_ISREG(status.st_mode) and status.st_nlink == 1
+            if in_place:
+                written = 0
+                while written < len(data):
+                    written += os.pwrite(descriptor, memoryview(data)[written:], written)
+                if status.st_size > len(data):
+                    os.ftruncate(descriptor, len(data))
+        except OSError as exc:
+            raise StorageError(f"cannot write {path!r} in {self.root}: {exc}") from exc
+        finally:
+            os.close(descriptor)
+        if not in_place:
+            self.write(path, data)
 
     def put_if_absent(self, path: str, data: bytes) -> bool:
         target = self._full(path)
@@ -186,35 +226,48 @@ class LocalStorage(Storage):
             raise StorageError(f"cannot list {prefix!r} in {self.root}: {exc}") from exc
 
     def _scan(self, prefix: str) -> Iterator[tuple[str, os.stat_result]]:
-        """Every regular file under ``prefix`` (never a link, FIFO or device) with its status."""
+        """Every regular file under ``prefix`` (never a link, FIFO or device) with its status.
+
+        ``os.scandir`` down the tree, never into a link (a directory that cannot be listed
+        is skipped, as ``os.walk`` does); one ``lstat`` a file, no ``Path`` objects.
+        """
         top = self._full(prefix)
         if not top.is_dir():
             return
-        for directory, _, files in os.walk(top):  # os.walk never descends into links
-            for name in files:
-                full = Path(directory) / name
+        skip = len(str(self.root)) + 1
+        pending = [str(top)]
+        while pending:
+            try:
+                entries = list(os.scandir(pending.pop()))
+            except OSError:
+                continue
+            for entry in entries:
                 try:
-                    status = full.lstat()
+                    if entry.is_dir(follow_symlinks=False):
+                        pending.append(entry.path)
+                        continue
+                    status = entry.stat(follow_symlinks=False)
                 except FileNotFoundError:
                     continue
                 except OSError as exc:  # a directory that can be listed but not searched, ...
-                    raise StorageError(f"cannot look at {full} in {self.root}: {exc}") from exc
+                    raise StorageError(f"cannot look at {entry.path} in {self.root}: {exc}") from exc
                 if stat.S_ISREG(status.st_mode):
-                    yield full.relative_to(self.root).as_posix(), status
+                    yield entry.path[skip:].replace(os.sep, "/"), status
 
     def walk(self, prefix: str) -> list[FileInfo]:
-        return [
-            FileInfo(path, status.st_size, status.st_mtime)
-            for path, status in self._scan(prefix)
-            if not _TEMPORARY.fullmatch(path.rsplit("/", 1)[-1])
-        ]
+        return self.listing(prefix)[0]
 
     def temporary_files(self, prefix: str) -> list[FileInfo]:
-        return [
-            FileInfo(path, status.st_size, status.st_mtime)
-            for path, status in self._scan(prefix)
-            if _TEMPORARY.fullmatch(path.rsplit("/", 1)[-1])
-        ]
+        return self.listing(prefix)[1]
+
+    def listing(self, prefix: str) -> tuple[list[FileInfo], list[FileInfo]]:
+        """:meth:`walk` and :meth:`temporary_files` from one scan of the tree."""
+        files: list[FileInfo] = []
+        temporary: list[FileInfo] = []
+        for path, status in self._scan(prefix):
+            found = FileInfo(path, status.st_size, status.st_mtime)
+            (temporary if _TEMPORARY.fullmatch(path.rsplit("/", 1)[-1]) else files).append(found)
+        return files, temporary
 
     def delete(self, path: str) -> None:
         target = self._full(path)

@@ -66,12 +66,14 @@ def _calls(storage: Storage, path: str, local_file: str) -> dict[str, Callable[[
         "read_range": lambda: storage.read_range(path, 0, 1),
         "read_range (empty)": lambda: storage.read_range(path, 0, 0),
         "write": lambda: storage.write(path, b"x"),
+        "overwrite": lambda: storage.overwrite(path, b"x"),
         "put_if_absent": lambda: storage.put_if_absent(path, b"x"),
         "exists": lambda: storage.exists(path),
         "walk": lambda: storage.walk(path),
         "delete": lambda: storage.delete(path),
         "delete_tree": lambda: storage.delete_tree(path),
         "temporary_files": lambda: storage.temporary_files(path),
+        "listing": lambda: storage.listing(path),
         "local_path": lambda: storage.local_path(path),
         "mapped": lambda: storage.mapped(path),
         "write_file": lambda: storage.write_file(path, local_file),
@@ -114,6 +116,16 @@ class StorageTests:
         assert storage.read("f") == b"new"
         assert [info.path for info in storage.walk("a")] == []
         assert storage.names("") == ["f"]
+
+    def test_overwrite_creates_then_holds_exactly_the_last_bytes(self, storage: Storage) -> None:
+        storage.overwrite("a/hint", b"12345\n")  # (its directory is new)
+        assert storage.read("a/hint") == b"12345\n"
+        storage.overwrite("a/hint", b"9\n")  # shorter: nothing of the old bytes is left
+        assert storage.read("a/hint") == b"9\n"
+        storage.overwrite("a/hint", b"1000000\n")
+        assert storage.read("a/hint") == b"1000000\n"
+        assert [info.path for info in storage.walk("a")] == ["a/hint"]
+        assert storage.temporary_files("a") == []
 
     def test_readers_see_old_or_new_bytes_never_a_mix(self, storage: Storage) -> None:
         versions = (b"A" * 200_000, b"B" * 200_000)
@@ -292,6 +304,15 @@ class StorageTests:
         # Some media keep whole seconds; allow a little slack for that and for clock skew.
         assert all(before - 5 <= info.modified <= after + 5 for info in found)
         assert sorted(info.path for info in storage.walk("w/two")) == ["w/two/four/five", "w/two/three"]
+
+    def test_listing_is_walk_and_temporary_files(self, storage: Storage) -> None:
+        for path in ("a/x", "a/b/y", "a/b/c/z", "b/w"):
+            storage.write(path, path.encode())
+        files, temporary = storage.listing("a")
+        assert sorted(files) == sorted(storage.walk("a"))
+        assert sorted(info.path for info in files) == ["a/b/c/z", "a/b/y", "a/x"]
+        assert temporary == storage.temporary_files("a") == []
+        assert storage.listing("nothing") == ([], [])
 
     def test_walk_of_missing_prefix_is_empty(self, storage: Storage) -> None:
         storage.write("a/b", b"x")

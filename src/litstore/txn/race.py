@@ -72,10 +72,11 @@ def put_commit_record(head: VersionReader, version: Version) -> bool:
 
 
 def _write_hint(head: VersionReader, number: int) -> None:
-    """Overwrite the head hint with ``number``: a plain write, as good as absent if it fails or another
-    writer's lands after it (readers check it, :func:`litstore.read.log.head_number`)."""
+    """Overwrite the head hint with ``number``: in place (:meth:`~litstore.storage.Storage.overwrite`), as good
+    as absent if it fails, another writer's lands after it or a reader sees a mix of the two (readers check it,
+    :func:`litstore.read.log.head_number`)."""
     with contextlib.suppress(StorageError):
-        head.storage.write(layout.HEAD_HINT, f"{number}\n".encode())
+        head.storage.overwrite(layout.HEAD_HINT, f"{number}\n".encode())
 
 
 def _created(head: VersionReader, version: Version) -> bool:
