@@ -514,8 +514,17 @@ class VersionDataset(StreamingDataset):
         more. So, once the config is loaded, the loader gets its own copy of the list
         with the rows each file holds, and :meth:`__getitem__` hands litdata the row
         of each item, never its live number. ``tests/streaming/test_holes.py`` pins this.
+
+        A local stream's items are decoded by litstore (:meth:`_record`), so its item
+        loader maps no chunk ahead: litdata's warming of the next chunks (up to four of
+        them, each as a Python list of its item offsets, 36 bytes an item: 17 MiB for a
+        chunk of 500,000 small records) is left to its page-cache hint alone.
         """
         cache = super()._create_cache(worker_env=worker_env)
+        if self._chunk_storage is not None:
+            loader = cache._reader._item_loader
+            if hasattr(loader, "warm_posix_chunk"):
+                loader.warm_posix_chunk = _map_nothing
         if self._deletions is not None:
             loader = cache._reader._item_loader
             listed = getattr(loader, "_chunks", None)
@@ -545,10 +554,12 @@ class VersionDataset(StreamingDataset):
             record = transform(record)
         return record
 
-    # litdata maps and checks the next chunks' headers in __iter__ and __next__, before
-    # __getitem__ sees them: a header that disagrees with index.json, or a truncated
-    # chunk, raises RuntimeError, ValueError, IndexError or OSError from inside litdata
-    # (found by tests/store/test_fuzzed_stores.py). A plain try costs nothing per item.
+    # litdata reads the next chunks in __iter__ and __next__ (a remote stream's downloads,
+    # and its per-item reads), before __getitem__ sees them: a header that disagrees with
+    # index.json, or a truncated chunk, raises RuntimeError, ValueError, IndexError or
+    # OSError from inside litdata (found by tests/store/test_fuzzed_stores.py); a local
+    # stream's headers are checked by DecodedChunk, named the same way in _decode. A
+    # plain try costs nothing per item.
     def __iter__(self) -> VersionDataset:
         try:
             super().__iter__()
@@ -625,7 +636,10 @@ class VersionDataset(StreamingDataset):
         self._decoded = None  # release the previous chunk before mapping the next
         assert self._chunk_storage is not None
         mapped = self._chunk_storage.mapped(name)
-        chunk = self._decoded = DecodedChunk(mapped, name, expected, self._record_check(), live)
+        try:
+            chunk = self._decoded = DecodedChunk(mapped, name, expected, self._record_check(), live)
+        except IntegrityError as exc:  # a damaged header: named as when litdata's reader finds it
+            raise _damaged_chunk(self.identity, exc) from exc
         if chunk.row_count != self._stored[chunk_index]:
             raise IntegrityError(
                 f"chunk {name} holds {chunk.row_count} items; its split index lists {self._stored[chunk_index]}: the "
@@ -710,6 +724,10 @@ class VersionDataset(StreamingDataset):
         state["input_dir_path"] = self.input_dir.path
         state["cache_dir_path"] = self.cache_dir.path
         super().load_state_dict(state)
+
+
+def _map_nothing(chunk_index: int, chunk_filepath: str) -> None:
+    """An item loader's ``warm_posix_chunk`` that maps nothing (litdata's reader gives the page-cache hint itself)."""
 
 
 def _damaged_chunk(identity: dict[str, Any], exc: BaseException) -> IntegrityError:

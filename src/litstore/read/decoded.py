@@ -88,7 +88,8 @@ class DecodedChunk:
         live: np.ndarray | None = None,
     ) -> None:
         self.name = name
-        self._offsets = chunk_layout.item_offsets(data, name)
+        # As stored (uint32, a view of the mapped chunk, no copy): each block widens its own slice.
+        self._offsets = chunk_layout.stored_item_offsets(data, name)
         self._view = memoryview(data)
         count = len(self._offsets) - 1
         if expected is not None and len(expected) != 16 * count:
@@ -98,10 +99,13 @@ class DecodedChunk:
         self._expected = None if expected is None else np.frombuffer(expected, np.uint8).reshape(-1, 16)
         self._check = check if check is not None else RecordCheck(None)
         self._rows = None if live is None else np.asarray(live, dtype=np.int64)
-        self._records: list[Any] = [_PENDING] * (count if live is None else len(live))
+        self._items = count if live is None else len(live)
+        # The records of the blocks decoded and not yet handed out whole, and how many of each are left.
+        self._blocks: dict[int, list[Any]] = {}
+        self._left: dict[int, int] = {}
 
     def __len__(self) -> int:
-        return len(self._records)
+        return self._items
 
     @property
     def row_count(self) -> int:
@@ -129,12 +133,17 @@ class DecodedChunk:
             DamagedRecordError: the item does not match its committed content hash, or
                 is not one canonical record.
         """
-        records = self._records
-        record = records[item]
-        if record is _PENDING:
-            self._decode_block(item // BLOCK_ITEMS)
-            record = records[item]
-        records[item] = _PENDING
+        if not 0 <= item < self._items:
+            raise IndexError(f"chunk {self.name} has {self._items} items; item {item} was asked for")
+        block, place = divmod(item, BLOCK_ITEMS)
+        records = self._blocks.get(block)
+        if records is None or records[place] is _PENDING:
+            records = self._decode_block(block)
+        record = records[place]
+        records[place] = _PENDING
+        self._left[block] -= 1
+        if not self._left[block]:  # every record of the block handed out: forget the block
+            del self._blocks[block], self._left[block]
         if record is _DAMAGED:
             raise self._check.mismatch(self.name, np.array([self.row(item)]))
         if record is _ALONE:
@@ -143,26 +152,29 @@ class DecodedChunk:
             return self._check.record(self.name, row, self.payload(row), expected)
         return record
 
-    def _decode_block(self, block: int) -> None:
-        """Check and decode the items of ``block``, filling their places in the list of records."""
+    def _decode_block(self, block: int) -> list[Any]:
+        """Check and decode the items of ``block``: its list of records, kept until each is handed out."""
         first = block * BLOCK_ITEMS
-        last = min(first + BLOCK_ITEMS, len(self._records))
+        last = min(first + BLOCK_ITEMS, self._items)
         if self._rows is None:
-            offsets = self._offsets[first : last + 1]
+            offsets = self._offsets[first : last + 1].astype(np.int64)
             starts, ends = offsets[:-1], offsets[1:]
             expected = None if self._expected is None else self._expected[first:last]
             decoded = codec.decode_framed(self._view, offsets)
         else:  # live rows only: the dead ones between them are passed over unread
             rows = self._rows[first:last]
-            starts, ends = self._offsets[rows], self._offsets[rows + 1]
+            span = self._offsets[rows[0] : rows[-1] + 2].astype(np.int64)  # the offsets the block's rows need
+            starts, ends = span[rows - rows[0]], span[rows - rows[0] + 1]
             expected = None if self._expected is None else self._expected[rows]
-            decoded = codec.decode_framed_rows(self._view, self._offsets, rows)
+            decoded = codec.decode_framed_rows(self._view, span, rows - rows[0])
         damaged: list[int] = []
         if expected is not None:
             payloads = list(
                 map(self._view.__getitem__, map(slice, (starts + chunk_layout.ITEM_HEADER).tolist(), ends.tolist()))
             )
-            damaged = (mismatched(payloads, expected) + first).tolist()
-        self._records[first:last] = decoded if decoded is not None else [_ALONE] * (last - first)
-        for item in damaged:
-            self._records[item] = _DAMAGED
+            damaged = mismatched(payloads, expected).tolist()
+        records = decoded if decoded is not None else [_ALONE] * (last - first)
+        for place in damaged:
+            records[place] = _DAMAGED
+        self._blocks[block], self._left[block] = records, len(records)
+        return records
