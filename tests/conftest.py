@@ -9,6 +9,8 @@ holds with ``stored_state`` and reopen it with ``reopen``.
 
 from __future__ import annotations
 
+import importlib.util
+import multiprocessing
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -34,6 +36,22 @@ def tree_state(root: Path) -> dict[str, str]:
         for path in sorted(root.rglob("*"))
         if path.is_file()
     }
+
+
+@pytest.fixture(scope="session")
+def forkserver() -> multiprocessing.context.BaseContext:
+    """The forkserver context, its server started having imported litstore (and pandas, where installed).
+
+    A child forked from it starts ready to work instead of paying seconds of imports: pyarrow imports
+    pandas on a write's first ``pa.array`` of a list (about a second). A process has one forkserver and
+    the first start fixes what it preloads, so every test that forks children from it takes this fixture.
+    """
+    context = multiprocessing.get_context("forkserver")
+    preload = ["litstore", "pytest"]
+    if importlib.util.find_spec("pandas") is not None:
+        preload.append("pandas")
+    context.set_forkserver_preload(preload)
+    return context
 
 
 @pytest.fixture
