@@ -9,6 +9,9 @@ holds with ``stored_state`` and reopen it with ``reopen``.
 
 from __future__ import annotations
 
+import importlib.util
+import multiprocessing
+import traceback
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -34,6 +37,42 @@ def tree_state(root: Path) -> dict[str, str]:
         for path in sorted(root.rglob("*"))
         if path.is_file()
     }
+
+
+def release_frames(caught: pytest.ExceptionInfo[BaseException]) -> None:
+    """Clear the locals of the frames the caught error's traceback holds (and those of the errors it chains).
+
+    A ``StreamingDataLoader`` whose worker raised is held by those frames, which pytest's
+    ``ExceptionInfo`` keeps in a reference cycle. When the garbage collector breaks the cycle,
+    the loader's queues can be closed before the loader shuts its workers down, and it then
+    waits 5 s for each worker to exit. Cleared, the loader shuts its workers down at once.
+    """
+    seen: set[int] = set()
+    error: BaseException | None = caught.value
+    pending = [error]
+    while pending:
+        error = pending.pop()
+        if error is None or id(error) in seen:
+            continue
+        seen.add(id(error))
+        traceback.clear_frames(error.__traceback__)
+        pending += [error.__cause__, error.__context__]
+
+
+@pytest.fixture(scope="session")
+def forkserver() -> multiprocessing.context.BaseContext:
+    """The forkserver context, its server started having imported litstore (and pandas, where installed).
+
+    A child forked from it starts ready to work instead of paying seconds of imports: pyarrow imports
+    pandas on a write's first ``pa.array`` of a list (about a second). A process has one forkserver and
+    the first start fixes what it preloads, so every test that forks children from it takes this fixture.
+    """
+    context = multiprocessing.get_context("forkserver")
+    preload = ["litstore", "pytest"]
+    if importlib.util.find_spec("pandas") is not None:
+        preload.append("pandas")
+    context.set_forkserver_preload(preload)
+    return context
 
 
 @pytest.fixture

@@ -17,12 +17,13 @@ import itertools
 import logging
 import threading
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import boto3
 import pytest
-from moto.s3.responses import S3Response
-from moto.server import ThreadedMotoServer
+
+if TYPE_CHECKING:
+    from moto.s3.responses import S3Response
 
 FAKE_CREDENTIALS = {
     "AWS_ACCESS_KEY_ID": "litstore-test",
@@ -54,6 +55,10 @@ def _atomic_conditional_put(put_object: Callable[..., Any]) -> Callable[..., Any
 @pytest.fixture(scope="session")
 def s3_endpoint() -> Iterator[str]:
     """The URL of a moto S3 server on loopback, with fake credentials in the environment."""
+    # Imported here: a run without S3 tests (the fast loop) need not import moto.
+    from moto.s3.responses import S3Response
+    from moto.server import ThreadedMotoServer
+
     with pytest.MonkeyPatch.context() as patch:
         for name, value in FAKE_CREDENTIALS.items():
             patch.setenv(name, value)

@@ -1,4 +1,4 @@
-"""The ``litstore`` command line, run for real: ``python -m litstore`` in a subprocess.
+"""The ``litstore`` command line, run as the console script runs it: ``litstore.cli.main``.
 
 Every command runs against a store in a real directory and against S3 (moto's server on
 loopback, ``tests/s3_server.py``). The tests read what a script would read (``--json``
@@ -10,24 +10,30 @@ on stdout, the exit code) and check it against the store through the public API:
 - ``upgrade`` gives a format-2 store its key index once, and says so when there is nothing to do;
 - a user error exits 2 with one line on stderr and no traceback;
 - the ``litstore`` console script is installed, and ``import litstore`` never loads typer or rich.
+
+Commands run in this process, under typer's ``CliRunner`` isolation (stdout, stderr and the
+exit code are the console script's; a fresh interpreter per command would cost a second or
+more of torch import each). ``python -m litstore`` and the console script themselves run in
+a subprocess once each (``test_version_prints_litstore_s_version``, the packaging test).
 """
 
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import boto3
 import pyarrow.parquet as pq
 import pytest
+from typer.testing import CliRunner
 
 import litstore
-from litstore.cli import interchange
+from litstore.cli import interchange, main
 from litstore.format import layout
 
 pytestmark = pytest.mark.integration
@@ -63,26 +69,42 @@ def _read_jsonl(path: Path) -> dict[str, Record]:
     return {record["id"]: record for record in records}
 
 
-def cli(*args: str, code: int = 0) -> subprocess.CompletedProcess[str]:
-    """Run ``python -m litstore ARGS``; check its exit code and that it printed no traceback."""
-    result = subprocess.run(
-        [sys.executable, "-m", "litstore", *map(str, args)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, "COLUMNS": "120"},
-        check=False,
-    )
+@dataclass(frozen=True)
+class Result:
+    """What a run of the command line left: its exit code and what it printed."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+@pytest.fixture(autouse=True)
+def _wide_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tables as a 120-column terminal shows them (rich reads ``COLUMNS`` as it prints)."""
+    monkeypatch.setenv("COLUMNS", "120")
+
+
+def cli(*args: object, code: int = 0) -> Result:
+    """Run ``litstore ARGS`` (``litstore.cli.main``); check its exit code and that it printed no traceback."""
+    with CliRunner().isolation() as (stdout, stderr, _):
+        try:
+            main([str(arg) for arg in args])
+            returncode = 0
+        except SystemExit as exc:
+            returncode = exc.code if isinstance(exc.code, int) else 0 if exc.code is None else 2
+        sys.stdout.flush()  # the text streams CliRunner put in place, over stdout and stderr
+        sys.stderr.flush()
+        result = Result(returncode, stdout.getvalue().decode("utf-8"), stderr.getvalue().decode("utf-8"))
     assert result.returncode == code, f"exit {result.returncode}\n{result.stdout}\n{result.stderr}"
     assert "Traceback" not in result.stderr, result.stderr
     return result
 
 
-def cli_json(*args: str, code: int = 0) -> Any:
+def cli_json(*args: object, code: int = 0) -> Any:
     return json.loads(cli(*args, "--json", code=code).stdout)
 
 
-def _error_line(result: subprocess.CompletedProcess[str]) -> str:
+def _error_line(result: Result) -> str:
     """The one error line on stderr (progress bars may come before it); nothing on stdout."""
     errors = [line for line in result.stderr.splitlines() if line.startswith("litstore: error: ")]
     assert len(errors) == 1 and result.stderr.rstrip().endswith(errors[0]), result.stderr
@@ -191,6 +213,11 @@ def test_local_store_end_to_end(tmp_path: Path) -> None:
 
 def test_version_prints_litstore_s_version() -> None:
     assert cli("--version").stdout.strip() == f"litstore {litstore.__version__}"
+    # ``python -m litstore`` for real, once: the module entry point, its output and exit code.
+    result = subprocess.run(
+        [sys.executable, "-m", "litstore", "--version"], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert (result.returncode, result.stdout.strip()) == (0, f"litstore {litstore.__version__}"), result.stderr
 
 
 def test_gc_is_a_dry_run_without_yes(tmp_path: Path) -> None:

@@ -9,7 +9,7 @@ rejected write must leave no version and no staged fragment behind.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +22,8 @@ ray = pytest.importorskip("ray")
 import litstore  # noqa: E402
 import litstore.ray as litstore_ray  # noqa: E402
 from tests.conftest import tree_state  # noqa: E402
+from tests.txn.test_chunk_hashes import _assert_hashes_match_manifest, _chunk_files, _format3  # noqa: E402
+from tests.txn.test_chunk_hashes import _record as _sidecar_record  # noqa: E402
 
 pytestmark = pytest.mark.integration
 
@@ -266,3 +268,16 @@ def test_write_and_read_on_s3(s3_endpoint: str, s3_bucket: str) -> None:
     with pytest.raises(litstore.DuplicateKeyError):
         litstore_ray.write(_dataset(count=10), url, storage_options=options)
     assert litstore.open(url, storage_options=options).version.number == 2
+
+
+def test_ray_write_writes_sidecars(make_store: Callable[..., litstore.Store]) -> None:
+    """A format-3 write from Ray tasks puts a hashes sidecar beside every chunk (``tests/txn/test_chunk_hashes.py``
+    covers every other kind of write; this one lives here, where a Ray instance is running)."""
+    store = _format3(make_store)
+    data = ray.data.range(400, override_num_blocks=4).map(lambda row: _sidecar_record(int(row["id"])))
+    litstore_ray.write(data, store)
+    store = litstore.open(store.root)
+    assert len(store.version.fragments) >= 2
+    assert _assert_hashes_match_manifest(store) >= 4
+    bins, sidecars = _chunk_files(store.root)
+    assert bins == sidecars

@@ -75,13 +75,6 @@ def _crash(root: str, kill_at: int, when: str) -> None:
     os._exit(3)  # the kill point was never reached
 
 
-@pytest.fixture(scope="module")
-def forkserver() -> multiprocessing.context.BaseContext:
-    context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload(["litstore", __name__])
-    return context
-
-
 def test_gc_killed_at_any_step_leaves_readable_versions_and_the_next_gc_finishes(
     base: tuple[Path, dict[int, dict[Any, Record]]], tmp_path: Path, forkserver: multiprocessing.context.BaseContext
 ) -> None:

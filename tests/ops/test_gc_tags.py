@@ -43,12 +43,14 @@ def _tag_all(root: str, start: multiprocessing.synchronize.Event, created: Any) 
 
 @pytest.mark.integration
 @pytest.mark.parametrize("round_", range(3))
-def test_a_tag_created_during_gc_always_protects_its_version(tmp_path: Path, round_: int) -> None:
+def test_a_tag_created_during_gc_always_protects_its_version(
+    tmp_path: Path, round_: int, forkserver: multiprocessing.context.BaseContext
+) -> None:
     store = litstore.Store.create(tmp_path / "s", key="id", chunk_bytes=1024)
     for i in range(VERSIONS):
         store.append([_record(i)])
     contents = {number: dict(store.at(number).items()) for number in range(1, VERSIONS + 1)}
-    context = multiprocessing.get_context("forkserver")
+    context = forkserver
     start, created = context.Event(), context.Queue()
     collector = context.Process(target=_run_gc, args=(str(store.root), start))
     tagger = context.Process(target=_tag_all, args=(str(store.root), start, created))

@@ -18,7 +18,8 @@ import re
 import subprocess
 import sys
 import threading
-from collections.abc import Callable
+import uuid
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -130,10 +131,35 @@ def _with_history(make_any_store: Callable[..., litstore.Store], format_version:
     return store
 
 
+Pair = tuple[litstore.Store, litstore.Store]
+
+
+@pytest.fixture(scope="module")
+def histories() -> Iterator[dict[str, Pair]]:
+    """``stores`` for each backend, built once for the module: the tests that take them only read them."""
+    built: dict[str, Pair] = {}
+    yield built
+    for store in (store for pair in built.values() for store in pair if store.root.startswith("memory://")):
+        storage = store.storage
+        for name in storage.names(""):
+            if storage.exists(name):
+                storage.delete(name)
+            else:
+                storage.delete_tree(name)
+
+
 @pytest.fixture
-def stores(make_any_store: Callable[..., litstore.Store]) -> tuple[litstore.Store, litstore.Store]:
-    """The same history in a format-3 store and in a format-2 one."""
-    return _with_history(make_any_store, 3), _with_history(make_any_store, 2)
+def stores(backend: str, histories: dict[str, Pair], tmp_path_factory: pytest.TempPathFactory) -> Pair:
+    """The same history in a format-3 store and in a format-2 one (shared by the module's tests: read only)."""
+    if backend not in histories:
+        base = str(tmp_path_factory.mktemp("histories")) if backend == "local" else f"memory://{uuid.uuid4().hex}"
+        names = iter(("indexed", "composed"))
+
+        def make(**options: Any) -> litstore.Store:
+            return litstore.Store.create(f"{base}/{next(names)}", **options)
+
+        histories[backend] = (_with_history(make, 3), _with_history(make, 2))
+    return histories[backend]
 
 
 def _fresh(store: litstore.Store, reads: Reads) -> litstore.Store:
@@ -184,8 +210,8 @@ def test_lookups_read_key_runs_and_chunks(
     assert answer == call(_fresh(composed, reads))
 
 
-def test_append_checks_its_keys_in_the_key_runs(stores: tuple[litstore.Store, litstore.Store], reads: Reads) -> None:
-    indexed, composed = stores
+def test_append_checks_its_keys_in_the_key_runs(make_any_store: Callable[..., litstore.Store], reads: Reads) -> None:
+    indexed, composed = _with_history(make_any_store, 3), _with_history(make_any_store, 2)  # its own: it writes
     batch = [_record(f"more-{i}", 0) for i in range(5)]
     version = _fresh(indexed, reads).append(batch)
     assert not reads.kinds() & {"delta", "checkpoint"}, reads.files

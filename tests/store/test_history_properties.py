@@ -20,9 +20,9 @@ Teardown reopens the store and reads every kept version through every reader.
 
 Records are 40-200 bytes in 2 KiB chunks, so a chunk holds a dozen or so and the
 upserts and deletes of a history (format 4: deletion vectors) leave holes in many
-chunks, and empty some entirely. The machine runs on local directories (in RAM where
-``/dev/shm`` is writable) and memory storage in the fast loop, and on S3 (moto's server)
-as an ``integration`` test.
+chunks, and empty some entirely. The machine runs on memory storage in the fast loop, and
+on local directories (in RAM where ``/dev/shm`` is writable) and on S3 (moto's server) as
+``integration`` tests.
 """
 
 from __future__ import annotations
@@ -64,8 +64,9 @@ CHUNK_BYTES = 2048
 BLOB_SIZES = (0, 24, 90, 180)
 
 _HEALTH = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much]
-#: The fast loop: local and memory together in 15-25 s (2 loaded cores), each history up to 25 steps
-#: deep: deep enough to reach a compaction racing an upsert within a few dozen runs, not within 5.
+#: Each history up to 25 steps deep: deep enough to reach a compaction racing an upsert within a few dozen
+#: runs, not within 5. Memory in 5-12 s (the fast loop); local, which also streams every version, in
+#: 10-25 s (2 loaded cores), so an ``integration`` test.
 FAST = settings(max_examples=5, stateful_step_count=25, deadline=None, suppress_health_check=_HEALTH)
 #: On S3 every request is an HTTP round trip to moto (about 50 s for these): fewer, shorter histories.
 ON_S3 = settings(max_examples=2, stateful_step_count=15, deadline=None, suppress_health_check=_HEALTH)
@@ -460,7 +461,7 @@ def run_histories(place: Place, how: settings, readers: frozenset[str] = READERS
 # -- the tests ----------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("backend", ["local", "memory"])
+@pytest.mark.parametrize("backend", [pytest.param("local", marks=pytest.mark.integration), "memory"])
 def test_random_histories_read_back_as_the_model(place: Place) -> None:
     run_histories(place, FAST)
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import multiprocessing
 import random
-import traceback
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -29,6 +28,7 @@ from litdata import StreamingDataLoader
 
 import litstore
 from litstore.format import layout
+from tests.store import _s3_workers as workers
 
 #: Against moto's S3 server over HTTP: seconds a test, so not in the fast loop.
 pytestmark = pytest.mark.integration
@@ -299,67 +299,30 @@ def test_remote_lookups_read_only_the_bytes_they_need(s3_endpoint: str, s3_bucke
 
 # -- other processes ---------------------------------------------------------------
 
-BATCH = 5
-
-
-def _batch(number: int) -> list[Record]:
-    """The records version ``number`` of the reader test appends."""
-    return [{"id": f"v{number:03d}-{i}", "v": number, "i": i} for i in range(BATCH)]
-
-
-def _expected_at(number: int) -> dict[str, Record]:
-    return {record["id"]: record for n in range(1, number + 1) for record in _batch(n)}
-
-
-def _read_while_appending(url: str, options: dict[str, Any], ready: Any, done: Any, checks: Any, queue: Any) -> None:
-    """Child: read versions of the store, again and again, until the writer is done."""
-    try:
-        store = litstore.open(url, storage_options=options)
-        ready.set()
-        rng = random.Random(3)
-        seen: list[int] = []
-        problems: list[str] = []
-        while True:
-            finished = done.is_set()
-            latest = store.refresh().number
-            for number in sorted({latest, rng.randint(0, latest)}):
-                view = store.at(number)
-                expected = _expected_at(number)
-                if view.version.number != number or len(view) != len(expected):
-                    problems.append(f"version {number}: {len(view)} records, expected {len(expected)}")
-                keys = sorted(expected)
-                if set(view.keys()) != set(expected) or view.get_many(keys, default=None) != [
-                    expected[key] for key in keys
-                ]:
-                    problems.append(f"version {number} does not read back its records")
-                report = view.verify(expected_keys=keys)
-                if not report.ok:
-                    problems.append(report.summary())
-                seen.append(number)
-            checks.value += 1
-            if finished:
-                break
-        queue.put(("ok", seen, problems))
-    except BaseException:  # noqa: BLE001 - report anything to the parent
-        queue.put(("error", [], [traceback.format_exc()]))
-
 
 @pytest.mark.integration
 def test_reader_process_sees_only_complete_versions_while_another_appends(s3_endpoint: str, s3_bucket: str) -> None:
     url = _url(s3_bucket, "shared")
     options = _options(s3_endpoint)
     store = litstore.Store.create(url, storage_options=options)
-    store.append(_batch(1))
+    store.append(workers.batch(1))
     context = multiprocessing.get_context("spawn")
     ready, done, checks, queue = context.Event(), context.Event(), context.Value("i", 0), context.Queue()
-    child = context.Process(target=_read_while_appending, args=(url, options, ready, done, checks, queue))
+    # The writer commits while the reader reads, PER_ROUND versions for each round of reads the reader
+    # finishes: every round overlaps commits, and the store stays a few dozen versions deep (each version
+    # is one more chunk for each verify to fetch) instead of racing to 80 versions while the rounds slow.
+    allowance = context.Semaphore(workers.PER_ROUND)
+    child = context.Process(
+        target=workers.read_while_appending, args=(url, options, ready, done, checks, allowance, queue)
+    )
     child.start()
     try:
         assert ready.wait(timeout=180), "the reader process did not start"
         number = 1
         # Keep committing until the reader has checked several versions mid-stream.
         while number < 80 and (checks.value < 6 or number < 10):
-            number = store.append(_batch(number + 1)).number
+            assert allowance.acquire(timeout=180), "the reader stopped reading"
+            number = store.append(workers.batch(number + 1)).number
         done.set()
         status, seen, problems = queue.get(timeout=180)
         child.join(timeout=60)
@@ -371,21 +334,7 @@ def test_reader_process_sees_only_complete_versions_while_another_appends(s3_end
     assert len(seen) >= 6
     assert len(set(seen)) >= 3, f"the reader did not overlap with the writer: it read versions {sorted(set(seen))}"
     assert max(seen) == number  # its last round (after the writer finished) read the final version
-    assert store.verify(expected_keys=_expected_at(number)).ok
-
-
-def _append_batches(url: str, options: dict[str, Any], name: str, batches: int, barrier: Any, queue: Any) -> None:
-    """Child: append ``batches`` batches of keys only this child uses, as fast as it can."""
-    try:
-        store = litstore.open(url, storage_options=options)
-        barrier.wait(timeout=180)
-        versions = [
-            store.append([{"id": f"{name}-{b:02d}-{i}", "writer": name} for i in range(4)]).number
-            for b in range(batches)
-        ]
-        queue.put((name, versions, None))
-    except BaseException:  # noqa: BLE001 - report anything to the parent
-        queue.put((name, [], traceback.format_exc()))
+    assert store.verify(expected_keys=workers.expected_at(number)).ok
 
 
 def _gather(queue: Any, count: int, processes: Iterable[Any]) -> dict[str, list[int]]:
@@ -411,7 +360,7 @@ def test_two_processes_appending_at_once_both_land_on_s3(s3_endpoint: str, s3_bu
     context = multiprocessing.get_context("spawn")
     barrier, queue = context.Barrier(2), context.Queue()
     children = [
-        context.Process(target=_append_batches, args=(url, options, name, batches, barrier, queue))
+        context.Process(target=workers.append_batches, args=(url, options, name, batches, barrier, queue))
         for name in ("left", "right")
     ]
     for child in children:

@@ -32,6 +32,7 @@ from litstore.format import chunkhashes, layout
 from litstore.read import log
 from litstore.read.version import VersionReader
 from litstore.streaming import VersionDataset
+from tests.conftest import release_frames
 
 SPLITS = litstore.HashSplit(train=0.8, val=0.2)
 CHUNK_BYTES = 4096
@@ -301,18 +302,19 @@ def test_a_damaged_sidecar_raises_an_integrity_error_naming_the_chunk(own: litst
         dataset[position]
 
 
-# A DataLoader whose worker raised takes about 10 s to shut its workers down: integration.
-@pytest.mark.integration
+@pytest.mark.integration  # worker processes
 def test_damage_is_refused_in_a_worker(own: litstore.Store) -> None:
     chunks = _chunks(own)
     written = _sidecar(own, chunks[0].filename).read_bytes()
     _flip(own, chunks[0].filename)
-    with pytest.raises(litstore.IntegrityError, match=f"hashes sidecar of chunk {chunks[0].filename}"):
+    with pytest.raises(litstore.IntegrityError, match=f"hashes sidecar of chunk {chunks[0].filename}") as caught:
         list(_loader(litstore.open(own.root).dataset(), 2))
+    release_frames(caught)  # each loader shuts its workers down now, not 10 s later
     _sidecar(own, chunks[0].filename).write_bytes(written)
     key = _flip_item(own, chunks[1].filename, 3)
-    with pytest.raises(litstore.DamagedRecordError, match=key):
+    with pytest.raises(litstore.DamagedRecordError, match=key) as caught:
         list(_loader(litstore.open(own.root).dataset(), 2))
+    release_frames(caught)
 
 
 def _position_of(dataset: VersionDataset, chunk: str, row: int = 0) -> int:

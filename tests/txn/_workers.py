@@ -68,3 +68,18 @@ def exiting_on_7(i: int) -> dict[str, object]:
     if i == 7:
         os._exit(1)
     return record(i)
+
+
+def records_of_line_in_two_workers(line: str) -> list[dict[str, object]]:
+    """``records_of_line`` over ``"<directory>:<start>:<count>"``, whose first input in each worker process waits
+    until a second worker process has taken an input too: two workers each stage a fragment, however fast one
+    of them is (the other takes the inputs the first holds back)."""
+    directory, rest = line.split(":", 1)
+    mine = Path(directory, str(os.getpid()))
+    if not mine.exists():
+        mine.touch()
+        deadline = time.monotonic() + 120
+        while len(os.listdir(directory)) < 2:
+            assert time.monotonic() < deadline, "no second worker took an input"
+            time.sleep(0.005)
+    return records_of_line(rest)

@@ -2,7 +2,8 @@
 
 Every kind of write is covered: append, upsert and delete (whose copy-on-write moves
 write new chunks), compaction, a staged fragment committed later, parallel
-``ingest`` and ``litstore.ray`` (both marked ``integration``). Each sidecar must
+``ingest`` (marked ``integration``) and ``litstore.ray`` (in ``tests/integrations/test_ray.py``,
+which has a Ray instance running). Each sidecar must
 parse as its chunk's and hold exactly the content hashes the manifest committed for
 the chunk's rows, in row order.
 """
@@ -23,7 +24,7 @@ import pytest
 import litstore
 from litstore.format import chunkhashes, layout
 
-from ._workers import records_of_line
+from ._workers import records_of_line_in_two_workers
 
 SPLITS = litstore.HashSplit(train=0.8, val=0.2)
 
@@ -160,30 +161,11 @@ def test_a_staged_fragment_with_sidecars_commits_after_gc_left_it(
 
 
 @pytest.mark.integration
-def test_parallel_ingest_writes_sidecars(make_store: Callable[..., litstore.Store]) -> None:
+def test_parallel_ingest_writes_sidecars(make_store: Callable[..., litstore.Store], tmp_path: Path) -> None:
     store = _format3(make_store)
-    lines = [f"{start}:50" for start in range(0, 400, 50)]
-    store.ingest(records_of_line, lines, num_workers=2, progress=False)
-    assert len(store.version.fragments) >= 2
-    assert _assert_hashes_match_manifest(store) >= 4
-    bins, sidecars = _chunk_files(store.root)
-    assert bins == sidecars
-
-
-@pytest.mark.integration
-def test_ray_write_writes_sidecars(make_store: Callable[..., litstore.Store]) -> None:
-    ray = pytest.importorskip("ray")
-    import litstore.ray as litstore_ray
-
-    store = _format3(make_store)
-    ray.init(num_cpus=2, include_dashboard=False, ignore_reinit_error=True, log_to_driver=False)
-    try:
-        ray.data.DataContext.get_current().enable_progress_bars = False
-        data = ray.data.range(400, override_num_blocks=4).map(lambda row: _record(int(row["id"])))
-        litstore_ray.write(data, store)
-    finally:
-        ray.shutdown()
-    store = litstore.open(store.root)
+    (tmp_path / "workers").mkdir()
+    lines = [f"{tmp_path / 'workers'}:{start}:50" for start in range(0, 400, 50)]
+    store.ingest(records_of_line_in_two_workers, lines, num_workers=2, progress=False)
     assert len(store.version.fragments) >= 2
     assert _assert_hashes_match_manifest(store) >= 4
     bins, sidecars = _chunk_files(store.root)

@@ -17,9 +17,10 @@ latter exactly when the kill came after the commit record was created), read bac
 exactly that version's records, verify, accept the next append, and survive a gc
 that removes the dead writer's debris.
 
-Children are forked from a forkserver that imported litstore once (spawning a fresh
-interpreter per kill point would cost seconds of torch import each); each child is
-still a separate process that shares nothing with the test but the store directory.
+Children are forked from a forkserver that imported litstore once (the ``forkserver``
+fixture: spawning a fresh interpreter per kill point would cost seconds of torch and
+pandas imports each); each child is still a separate process that shares nothing with
+the test but the store directory.
 """
 
 from __future__ import annotations
@@ -293,13 +294,6 @@ def _kill_points(base: Path, scratch: Path) -> list[KillPoint]:
             KillPoint(operation, "chunk", index, when, False, chunks[index - 1]) for index, when in chunk_steps
         )
     return points
-
-
-@pytest.fixture(scope="module")
-def forkserver() -> multiprocessing.context.BaseContext:
-    context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload(["litstore", __name__])
-    return context
 
 
 def _check_recovered(root: str, point: KillPoint) -> None:
