@@ -107,20 +107,14 @@ def _detailed(storage: Storage, version: Version, listed: Listed, names: Names) 
     paths = [ref.path for ref in version.key_runs]
     problems: list[tuple[str, str]] = []
     parts: list[_Entries] = []
-    for number, ref in enumerate(version.key_runs):
-        reader = RunReader(storage, ref)
-        try:
-            tail = reader.tail()
-        except IntegrityError as exc:
-            problems.append((ref.path, str(exc)))
-            continue
-        codes = np.array([names.chunk(name) for name in tail.chunks] + [0], np.uint64)
-        for start in range(0, len(tail.fences), _PAGES_AT_ONCE):
-            numbers = list(range(start, min(start + _PAGES_AT_ONCE, len(tail.fences))))
-            pages = _checked_pages(reader, numbers, problems)
+    for run in _opened_runs(storage, version, names, problems):
+        fences = len(run.tail.fences)
+        for start in range(0, fences, _PAGES_AT_ONCE):
+            numbers = list(range(start, min(start + _PAGES_AT_ONCE, fences)))
+            pages = _checked_pages(run.reader, numbers, problems)
             if pages:
                 joined = np.concatenate([page.view(np.uint8) for page in pages]).view(keyrun.ENTRY)  # (as bytes: fast)
-                parts.append(_entry_columns(joined, codes, number))
+                parts.append(_entry_columns(joined, run.codes, run.number))
     if problems:
         return problems
     resolved, keys = _resolve(parts)
@@ -139,6 +133,22 @@ class _Run:
     failed: set[int]  # pages that failed their checks (each reported once)
 
 
+def _opened_runs(storage: Storage, version: Version, names: Names, problems: list[tuple[str, str]]) -> list[_Run]:
+    """Each of the version's key runs whose tail reads and checks, with its chunks' numbers; a run whose tail
+    does not is added to ``problems`` instead."""
+    runs: list[_Run] = []
+    for number, ref in enumerate(version.key_runs):
+        reader = RunReader(storage, ref)
+        try:
+            tail = reader.tail()
+        except IntegrityError as exc:
+            problems.append((ref.path, str(exc)))
+            continue
+        codes = np.array([names.chunk(name) for name in tail.chunks] + [0], np.uint64)
+        runs.append(_Run(number, storage, reader, tail, codes, set()))
+    return runs
+
+
 def _streamed(
     storage: Storage, version: Version, names: Names, digest: verify_listed.IndexDigest
 ) -> tuple[list[tuple[str, str]], int]:
@@ -151,16 +161,7 @@ def _streamed(
     resolves them as :func:`_resolve` does. Memory: one range's entries.
     """
     problems: list[tuple[str, str]] = []
-    runs: list[_Run] = []
-    for number, ref in enumerate(version.key_runs):
-        reader = RunReader(storage, ref)
-        try:
-            tail = reader.tail()
-        except IntegrityError as exc:
-            problems.append((ref.path, str(exc)))
-            continue
-        codes = np.array([names.chunk(name) for name in tail.chunks] + [0], np.uint64)
-        runs.append(_Run(number, storage, reader, tail, codes, set()))
+    runs = _opened_runs(storage, version, names, problems)
     if not runs:
         return problems, 0
     largest = max(runs, key=lambda run: run.tail.entries)
