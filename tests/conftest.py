@@ -141,9 +141,14 @@ def make_any_store(
     yield make
     if backend == "memory":
         for store in made:
-            storage = store.storage
-            for name in storage.names(""):
-                if storage.exists(name):
-                    storage.delete(name)
-                else:
-                    storage.delete_tree(name)
+            empty_memory_store(store)
+
+
+def empty_memory_store(store: litstore.Store) -> None:
+    """Remove every file of a ``memory://`` store, whose files would otherwise outlive its test."""
+    storage = store.storage
+    for name in storage.names(""):
+        if storage.exists(name):
+            storage.delete(name)
+        else:
+            storage.delete_tree(name)

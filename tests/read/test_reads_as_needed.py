@@ -31,7 +31,7 @@ from litstore.ops.diff import Diff
 from litstore.read.version import VersionReader
 from litstore.storage.local import LocalStorage
 from litstore.storage.memory import MemoryStorage
-from tests.conftest import reopen
+from tests.conftest import empty_memory_store, reopen
 
 Record = dict[str, Any]
 Read = tuple[str, str]  # (what the file is, its path)
@@ -140,12 +140,7 @@ def histories() -> Iterator[dict[str, Pair]]:
     built: dict[str, Pair] = {}
     yield built
     for store in (store for pair in built.values() for store in pair if store.root.startswith("memory://")):
-        storage = store.storage
-        for name in storage.names(""):
-            if storage.exists(name):
-                storage.delete(name)
-            else:
-                storage.delete_tree(name)
+        empty_memory_store(store)
 
 
 @pytest.fixture

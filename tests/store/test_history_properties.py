@@ -52,6 +52,7 @@ from litdata import StreamingDataLoader
 
 import litstore
 from litstore.format import codec, hashing
+from tests.conftest import empty_memory_store
 
 Record = dict[str, Any]
 Model = dict[str, Record]
@@ -212,15 +213,6 @@ def place(request: pytest.FixtureRequest, backend: str) -> Iterator[Place]:
             raise ValueError(f"unknown backend {backend!r}")
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-
-
-def _empty_memory_store(store: litstore.Store) -> None:
-    storage = store.storage
-    for name in storage.names(""):
-        if storage.exists(name):
-            storage.delete(name)
-        else:
-            storage.delete_tree(name)
 
 
 # -- the machine ------------------------------------------------------------------------------
@@ -450,7 +442,7 @@ class HistoryMachine(RuleBasedStateMachine):
                 check_version(snapshot, model, number, self.readers, self.place.views, POOL[number % 4 :: 4])
         finally:
             if self.handles[0].root.startswith("memory://"):
-                _empty_memory_store(self.handles[0])
+                empty_memory_store(self.handles[0])
 
 
 def run_histories(place: Place, how: settings, readers: frozenset[str] = READERS) -> None:

@@ -39,14 +39,6 @@ CHUNK_BYTES = 4096
 Record = dict[str, Any]
 
 
-@pytest.fixture(autouse=True)
-def views(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """Put view directories under this test's temporary directory."""
-    directory = tmp_path / "views"
-    monkeypatch.setenv("LITSTORE_VIEWS", str(directory))
-    return directory
-
-
 def _record(i: int, rev: int = 0) -> Record:
     """Records of one encoded size, so that full chunks hold the same number of items."""
     return {"id": f"k{i:03d}", "label": i % 5, "rev": rev, "x": np.arange(16, dtype=np.float32) + i}

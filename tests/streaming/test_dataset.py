@@ -69,14 +69,6 @@ class History:
         return {key for key, record in self.expected[version].items() if split in (None, SPLITS.assign(key, record))}
 
 
-@pytest.fixture(autouse=True)
-def views(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """Put view directories under this test's temporary directory, not the shared temp dir."""
-    directory = tmp_path / "views"
-    monkeypatch.setenv("LITSTORE_VIEWS", str(directory))
-    return directory
-
-
 def _build(store: litstore.Store) -> History:
     model: dict[str, Record] = {}
     expected: dict[int, dict[str, Record]] = {}

@@ -78,13 +78,6 @@ def _chunks(store: litstore.Store) -> list[Any]:
     return [chunk for _, chunks in sorted(store.head().chunks().items()) for chunk in chunks]
 
 
-@pytest.fixture(autouse=True)
-def views(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    directory = tmp_path / "views"
-    monkeypatch.setenv("LITSTORE_VIEWS", str(directory))
-    return directory
-
-
 @pytest.fixture(scope="module")
 def built(tmp_path_factory: pytest.TempPathFactory) -> Holes:
     root = tmp_path_factory.mktemp("holes") / "store"

@@ -11,7 +11,6 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable
 from itertools import islice
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,14 +20,6 @@ import litstore
 from litstore import StreamStateError
 
 SEED = 42
-
-
-@pytest.fixture(autouse=True)
-def views(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """Put streaming views under this test's temporary directory."""
-    directory = tmp_path / "views"
-    monkeypatch.setenv("LITSTORE_VIEWS", str(directory))
-    return directory
 
 
 @pytest.fixture(scope="module")

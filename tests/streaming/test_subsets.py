@@ -16,13 +16,6 @@ from litstore import HashSplit, KeyNotFoundError, LitstoreError, QueryError, Str
 MakeStore = Callable[..., litstore.Store]
 
 
-@pytest.fixture(autouse=True)
-def views(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    directory = tmp_path / "views"
-    monkeypatch.setenv("LITSTORE_VIEWS", str(directory))
-    return directory
-
-
 @pytest.fixture
 def store(make_store: MakeStore) -> litstore.Store:
     made = make_store(key="id", splits=HashSplit(train=0.8, val=0.2), fields={"label": int}, chunk_bytes=1024)

@@ -13,7 +13,6 @@ from __future__ import annotations
 import random
 import tracemalloc
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -24,13 +23,6 @@ from litstore.read.decoded import BLOCK_ITEMS, DecodedChunk
 
 ITEMS = 100_000  # a chunk of small records, as a worker streams them
 Record = dict[str, Any]
-
-
-@pytest.fixture(autouse=True)
-def views(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    directory = tmp_path / "views"
-    monkeypatch.setenv("LITSTORE_VIEWS", str(directory))
-    return directory
 
 
 def _chunk(count: int) -> tuple[bytes, bytes, list[Record]]:
