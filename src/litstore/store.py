@@ -142,13 +142,16 @@ class Store:
                 live records).
             storage_options: for ``s3://`` roots, keyword arguments of boto3's S3
                 client (``endpoint_url``, credentials, ...), also used for streaming.
-            format_version: the store's data format: 3 by default, where each commit
-                also writes a key run (the key index on disk) and each chunk a hashes
-                sidecar, so a lookup, ``get_many``, ``in``, an append's key check,
-                a near ``diff``, ``items()`` or ``dataset()`` in a fresh process reads
-                what its answer needs instead of composing the manifest. 2 writes
-                neither, for litstore releases before format 3, which refuse a
-                format-3 store by its config (:meth:`upgrade` moves a store to 3).
+            format_version: the store's data format: 5 by default, where each commit
+                also writes a key run (the key index on disk, with a key filter) and
+                each chunk a hashes sidecar, so a lookup, ``get_many``, ``in``, an
+                append's key check, a near ``diff``, ``items()`` or ``dataset()`` in a
+                fresh process reads what its answer needs instead of composing the
+                manifest, and upserts and deletes mark rows dead in deletion vectors.
+                4 writes runs without key filters, 3 copies chunks on change instead,
+                2 writes no key index: each for litstore releases that know only that
+                format, which refuse a newer store by its config (:meth:`upgrade`
+                moves a store to 5).
 
         Raises:
             StoreExistsError: ``root`` already holds a store, or other files.
@@ -585,27 +588,29 @@ class Store:
         metadata: dict[str, Any] | None = None,
         progress: bool = False,
     ) -> Version:
-        """Move the store to format 4: its key index on disk, and deletion vectors for upserts and deletes.
+        """Move the store to format 5: its key index on disk with key filters, and deletion vectors for upserts
+        and deletes.
 
         On a format-1 or 2 store, first commits a version with the newest version's
         records, chunks and fingerprint (a ``diff`` of the two is empty) whose commit
         record lists one key run of every record; then switches ``litstore.json`` to
-        format 4. From then on every commit writes a key run, so a lookup, ``get_many``,
-        ``in`` or an append's key check in a fresh process reads a few pages of the index
-        instead of composing the manifest, and an upsert or delete marks the rows it
-        supersedes dead instead of copying the live rows of every chunk it touches. A
-        format-3 store has its index already and is only switched. Versions from before
-        keep reading as they did (through their manifests). Races with other writers
-        like any commit: they rebase onto it. Safe to stop at any point and run again
-        (see :mod:`litstore.txn.upgrade`).
+        format 5. From then on every commit writes a key run with its key filter, so a
+        lookup, ``get_many``, ``in`` or an append's key check in a fresh process reads a
+        few blocks and pages of the index instead of composing the manifest, and an
+        upsert or delete marks the rows it supersedes dead instead of copying the live
+        rows of every chunk it touches. A format-3 or 4 store has its index already: it
+        is switched, then given one such version whose single run carries a key filter.
+        Versions from before keep reading as they did. Races with other writers like any
+        commit: they rebase onto it. Safe to stop at any point and run again (see
+        :mod:`litstore.txn.upgrade`).
 
-        On a format-4 store whose newest version's runs all open, nothing is committed
+        On a format-5 store whose newest version's runs all open, nothing is committed
         and the head is returned as it is, unless ``rebuild`` (write the index again
         from the manifest, as when a lookup reported a damaged key run); a version is
         also committed if the runs are missing or cut short. Builds the index in the
         memory of the newest version's manifest plus 48 bytes a record; ``progress``
         shows a bar while it hashes the keys. Once upgraded, litstore releases before
-        format 4 refuse the store.
+        format 5 refuse the store.
 
         Raises:
             ConflictError: other writers kept committing first; nothing was committed.

@@ -7,8 +7,8 @@ files (``litstore.json``, commit records, tags, litdata indexes) truncated,
 bit-flipped, deleted, or with one JSON value replaced (by hostile paths, huge ints,
 nested objects); manifest files truncated, flipped, deleted, or with one cell of one
 column rewritten; chunks flipped in header or payload, truncated, extended, deleted,
-or replaced by a link or a FIFO. The store is format 4, so it also has key runs
-(``manifests/*.keys``), chunk hashes sidecars (``fragments/*/*.hashes``) and, for its
+or replaced by a link or a FIFO. The store is format 5, so it also has key runs
+(``manifests/*.keys``, each with its key filter), chunk hashes sidecars (``fragments/*/*.hashes``) and, for its
 upserts and deletes, deletion vectors (``manifests/*.deletions``): these are flipped
 (anywhere, or in their header or footer), truncated, extended, zeroed over a range,
 deleted, or replaced by another file of their kind.
@@ -148,6 +148,7 @@ def pristine(tmp_path_factory: pytest.TempPathFactory) -> Pristine:
     }
     assert store.config.writes_key_runs, "the fuzz covers format 3's key runs and sidecars"
     assert store.config.writes_deletion_vectors, "and format 4's deletion vectors"
+    assert store.config.writes_key_filters, "and format 5's key filters"
     numbers = sorted(number for number in expected if number > 0)
     diffs = {
         pair: sorted([repr(key), change] for key, change in changes(store.diff(*pair)))

@@ -77,12 +77,12 @@ def test_upgrade_keeps_records_and_history_and_indexes_every_key(tmp_path: Path)
     assert version.fingerprint == before.fingerprint and version.counts == before.counts
     assert (version.added, version.replaced, version.removed) == (0, 0, 0)
     assert len(version.key_runs) == 1 and version.key_runs[0].entries == before.total
-    assert store.config.format_version == 4
-    assert json.loads((root / layout.CONFIG).read_text())["format_version"] == 4
+    assert store.config.format_version == 5
+    assert json.loads((root / layout.CONFIG).read_text())["format_version"] == 5
     assert not store.diff(before.number, version.number)
 
     reopened = litstore.open(root)
-    assert reopened.config.format_version == 4 and reopened.version == version
+    assert reopened.config.format_version == 5 and reopened.version == version
     head = reopened.head().reader
     runs_agree_with_manifest(head, gone=[*_keys(range(50, 70)), "never"])
     fresh = litstore.open(root)
@@ -112,10 +112,28 @@ def test_upgrade_on_any_backend(make_any_store: Callable[..., litstore.Store]) -
     version = store.upgrade()
     assert version.fingerprint == before.fingerprint and len(version.key_runs) == 1
     fresh = reopen(store)
-    assert fresh.config.format_version == 4 and fresh["k0050"] == _record("k0050", 0) and "k0003" not in fresh
+    assert fresh.config.format_version == 5 and fresh["k0050"] == _record("k0050", 0) and "k0003" not in fresh
     runs_agree_with_manifest(fresh.head().reader, gone=["k0003"])
     assert dict(fresh.at(before.number).items()) == dict(fresh.items())
     assert reopen(store).upgrade() == version
+
+
+@pytest.mark.parametrize("format_version", [3, 4])
+def test_a_format_3_or_4_store_is_switched_and_given_one_filtered_run(tmp_path: Path, format_version: int) -> None:
+    """Its runs read as they are, but have no key filters: one run of every record, with its filter, replaces
+    them (the same records and fingerprint), and a second upgrade commits nothing."""
+    store = litstore.Store.create(tmp_path / "s", key="id", chunk_bytes=1024, format_version=format_version)
+    store.append([_record(key, 0) for key in _keys(range(40))])
+    store.append([_record(key, 0) for key in _keys(range(40, 50))])
+    before = store.version
+    assert len(before.key_runs) == 2 and not store.head().reader.key_runs().filtered()
+    version = store.upgrade()
+    assert version.number == before.number + 1 and version.operation == "upgrade"
+    assert version.fingerprint == before.fingerprint and len(version.key_runs) == 1
+    fresh = litstore.open(store.root)
+    assert fresh.config.format_version == 5 and fresh.head().reader.key_runs().filtered()
+    assert fresh.get_many(_keys(range(50))) == [_record(key, 0) for key in _keys(range(50))]
+    assert fresh.upgrade() == version
 
 
 def test_a_second_upgrade_commits_nothing(tmp_path: Path) -> None:
@@ -126,12 +144,12 @@ def test_a_second_upgrade_commits_nothing(tmp_path: Path) -> None:
     assert [v.operation for v in store.versions()].count("upgrade") == 1
 
 
-def test_upgrade_of_a_format_3_store_or_an_empty_one_commits_nothing(tmp_path: Path) -> None:
-    native = litstore.Store.create(tmp_path / "a", key="id", format_version=3)
+def test_upgrade_of_a_format_5_store_or_an_empty_one_commits_nothing(tmp_path: Path) -> None:
+    native = litstore.Store.create(tmp_path / "a", key="id")
     native.append([_record(key, 0) for key in _keys(range(10))])
     assert native.upgrade() == native.version and native.version.number == 1
     empty = litstore.Store.create(tmp_path / "b", key="id", format_version=2)
-    assert empty.upgrade().number == 0 and empty.config.format_version == 4
+    assert empty.upgrade().number == 0 and empty.config.format_version == 5
     empty.append([_record("a", 0)])
     assert len(empty.version.key_runs) == 1 and litstore.open(tmp_path / "b")["a"] == _record("a", 0)
 
@@ -148,7 +166,7 @@ def test_an_upgrade_stopped_before_the_switch_leaves_a_working_store(tmp_path: P
     assert stopped.verify().ok
     version = stopped.upgrade()
     assert version == committed, "the head has its index: the upgrade only switches the format"
-    assert litstore.open(root).config.format_version == 4
+    assert litstore.open(root).config.format_version == 5
     runs_agree_with_manifest(litstore.open(root).head().reader)
 
 
@@ -173,7 +191,7 @@ def test_upgrade_of_a_format_1_store(tmp_path: Path) -> None:
     store, versions = _history(root, format_version=1)
     version = store.upgrade()
     fresh = litstore.open(root)
-    assert fresh.config.format_version == 4 and dict(fresh.items()) == versions[version.number - 1]
+    assert fresh.config.format_version == 5 and dict(fresh.items()) == versions[version.number - 1]
     fresh.upsert([_record("k0000", 7)])
     assert litstore.open(root)["k0000"] == _record("k0000", 7)
     runs_agree_with_manifest(litstore.open(root).head().reader)
@@ -191,7 +209,7 @@ def test_upgrade_refuses_a_bad_rebuild_flag_before_reading(tmp_path: Path) -> No
 
 
 def _indexed(root: Path) -> tuple[litstore.Store, Path]:
-    store = litstore.Store.create(root, key="id", chunk_bytes=4096, format_version=3)
+    store = litstore.Store.create(root, key="id", chunk_bytes=4096)
     store.append([_record(key, 0) for key in _keys(range(3000))])
     return store, root / store.version.key_runs[0].path
 
@@ -287,7 +305,7 @@ def test_an_upgrade_stopped_at_any_storage_call_leaves_a_store_that_upgrades_aga
         stopped.append([_record("after", 0)])
         version = litstore.open(root).upgrade()
         fresh = litstore.open(root)
-        assert fresh.config.format_version == 4 and fresh.version == version
+        assert fresh.config.format_version == 5 and fresh.version == version
         assert fresh["after"] == _record("after", 0) and "k0055" not in fresh
         runs_agree_with_manifest(fresh.head().reader, gone=["k0055"])
 

@@ -10,17 +10,22 @@ merged as they pile up (see :mod:`litstore.txn.keyruns`). A run is::
                   row        u32
                   content    16 B  the committed content hash (zeros for a deleted key)
                   keyprint   16 B  xxh3-128 of the key: which key the entry is for
+    filter      format 5 only (magic LSKRUN02): the run's key filter, a blocked Bloom
+                filter of 64-byte blocks (:mod:`litstore.format.keyfilter`)
     chunk table UTF-8 chunk names joined by "\\n"
     fences      ceil(n / page) x u64: the key hash of the first entry of each page
     page sums   ceil(n / page) x u64: xxh3-64 of each page's bytes
     footer      40 bytes: magic, n (u64), page (u32), chunk table bytes (u32),
-                chunk count (u32), reserved (u32), xxh3-64 of the chunk table, fences and sums
+                chunk count (u32), filter blocks (u32; 0 in LSKRUN01),
+                xxh3-64 of the chunk table, fences and sums
 
 Within one key hash, entries of the same key are newest first (a merged run keeps
 only the newest of each key). A lookup of key K reads the footer, chunk table and
 fences once per run and process, then one page: the first entry whose keyprint is
 K's decides (a deleted entry: K is not in the version), and a live entry is still
-confirmed by the record's content hash and key when it is read.
+confirmed by the record's content hash and key when it is read. With a filter, the
+page is read only if K's filter block (read and checked first) says the run may hold
+K: a run that does not hold K costs one 64-byte block, not a page.
 
 Everything a reader takes from a run is checked before it is used: sizes against
 the file's length, counts against the commit record, fences sorted, every page
@@ -38,9 +43,11 @@ import numpy as np
 import xxhash
 
 from litstore.errors import IntegrityError
-from litstore.format import layout
+from litstore.format import keyfilter, layout
 
 MAGIC = b"LSKRUN01"
+#: The magic of a run with a key filter (format 5).
+FILTERED_MAGIC = b"LSKRUN02"
 FOOTER = struct.Struct("<8sQIIII Q")
 ENTRY = np.dtype([("key_hash", "<u8"), ("chunk", "<u4"), ("row", "<u4"), ("content", "V16"), ("keyprint", "V16")])
 #: The chunk id of an entry that says its key was deleted.
@@ -64,14 +71,21 @@ class Tail:
     chunks: tuple[str, ...]
     fences: np.ndarray  # uint64, one per page
     sums: np.ndarray  # uint64, one per page
+    filter_blocks: int = 0  # 0: the run has no filter (LSKRUN01)
 
     @property
     def entries_bytes(self) -> int:
         return self.entries * ENTRY.itemsize
 
+    @property
+    def filter_start(self) -> int:
+        """Where the filter's blocks start in the run (right after the entries)."""
+        return self.entries_bytes
 
-def encode(entries: np.ndarray, chunks: list[str]) -> bytes:
-    """The bytes of a run holding ``entries`` (of :data:`ENTRY`, sorted by key hash) over ``chunks``."""
+
+def encode(entries: np.ndarray, chunks: list[str], filtered: bool = False) -> bytes:
+    """The bytes of a run holding ``entries`` (of :data:`ENTRY`, sorted by key hash) over ``chunks``;
+    ``filtered``: with a key filter (format 5)."""
     if entries.dtype != ENTRY:
         raise ValueError("entries must be of the key run's entry type")
     if len(chunks) >= MAX_CHUNKS:
@@ -82,8 +96,14 @@ def encode(entries: np.ndarray, chunks: list[str]) -> bytes:
     size = PAGE * ENTRY.itemsize
     sums = np.array([xxhash.xxh3_64_intdigest(data[i : i + size]) for i in range(0, len(data), size)], dtype="<u8")
     tail = names + fences.tobytes() + sums.tobytes()
-    footer = FOOTER.pack(MAGIC, len(entries), PAGE, len(names), len(chunks), 0, xxhash.xxh3_64_intdigest(tail))
-    return b"".join((data, tail, footer))
+    if filtered:
+        blocks = keyfilter.encode(entries["key_hash"], entries["keyprint"])
+        magic, block_count = FILTERED_MAGIC, len(blocks) // keyfilter.BLOCK
+    else:
+        blocks, magic, block_count = b"", MAGIC, 0
+    checksum = xxhash.xxh3_64_intdigest(tail)
+    footer = FOOTER.pack(magic, len(entries), PAGE, len(names), len(chunks), block_count, checksum)
+    return b"".join((data, blocks, tail, footer))
 
 
 def footer_size() -> int:
@@ -100,18 +120,21 @@ def parse_tail(path: str, file_bytes: int, footer: bytes, read: Callable[[int, i
     """
     if len(footer) != FOOTER.size:
         raise IntegrityError(f"key run {path} is shorter than its footer: it is damaged")
-    magic, count, page, names_bytes, chunk_count, _, checked = FOOTER.unpack(footer)
-    if magic != MAGIC:
+    magic, count, page, names_bytes, chunk_count, blocks, checked = FOOTER.unpack(footer)
+    if magic not in (MAGIC, FILTERED_MAGIC):
         raise IntegrityError(f"key run {path} does not end with a key run's footer: it is damaged")
+    if blocks != (keyfilter.block_count(count) if magic == FILTERED_MAGIC else 0):
+        raise IntegrityError(f"key run {path} claims {blocks} filter blocks for {count} entries: it is damaged")
     if not 1 <= page <= 1 << 20:
         raise IntegrityError(f"key run {path} claims pages of {page} entries: it is damaged")
     fence_count = -(-count // page)
-    expected = count * ENTRY.itemsize + names_bytes + fence_count * 16 + FOOTER.size
+    filter_bytes = blocks * keyfilter.BLOCK
+    expected = count * ENTRY.itemsize + filter_bytes + names_bytes + fence_count * 16 + FOOTER.size
     if expected != file_bytes:
         raise IntegrityError(
             f"key run {path} is {file_bytes} bytes long, but its footer describes {expected}: it is damaged"
         )
-    start = count * ENTRY.itemsize
+    start = count * ENTRY.itemsize + filter_bytes
     rest = read(start, file_bytes - FOOTER.size)
     if len(rest) != names_bytes + fence_count * 16:
         raise IntegrityError(f"key run {path} was cut short: it is damaged")
@@ -129,7 +152,7 @@ def parse_tail(path: str, file_bytes: int, footer: bytes, read: Callable[[int, i
     sums = np.frombuffer(rest, dtype="<u8", offset=names_bytes + 8 * fence_count, count=fence_count)
     if fence_count > 1 and bool(np.any(fences[1:] < fences[:-1])):
         raise IntegrityError(f"key run {path}'s fences are not sorted: it is damaged")
-    return Tail(count, page, tuple(names), fences, sums)
+    return Tail(count, page, tuple(names), fences, sums, blocks)
 
 
 def check_page(path: str, tail: Tail, page: int, data: bytes | memoryview) -> np.ndarray:

@@ -42,10 +42,12 @@ FORMAT_VERSION = 1
 #: commit also writes a key run (:mod:`litstore.format.keyrun`), so a lookup reads a few
 #: pages of the key index on disk instead of composing the manifest. 4: an upsert or delete
 #: marks the rows it supersedes dead in deletion vectors (:mod:`litstore.format.deletions`)
-#: instead of copying the live rows of every chunk it touches.
-STORE_FORMAT_VERSION = 4
+#: instead of copying the live rows of every chunk it touches. 5: each key run carries a
+#: key filter (:mod:`litstore.format.keyfilter`), so a key a run does not hold costs one
+#: 64-byte block of it, not a page.
+STORE_FORMAT_VERSION = 5
 #: The format ``Store.create`` gives a store unless asked for another.
-DEFAULT_STORE_FORMAT = 4
+DEFAULT_STORE_FORMAT = 5
 #: The format of a stored config that does not say (none litstore wrote: every config it
 #: writes names its format).
 _UNSTATED_STORE_FORMAT = 2
@@ -234,6 +236,11 @@ class StoreConfig(_Frozen):
     def writes_deletion_vectors(self) -> bool:
         """Whether upserts and deletes mark superseded rows dead instead of copying chunks (format 4)."""
         return self.format_version >= 4
+
+    @property
+    def writes_key_filters(self) -> bool:
+        """Whether each key run a commit writes carries a key filter (format 5)."""
+        return self.format_version >= 5
 
 
 #: Units a size may be given in: litdata's decimal ones ("64MB", as its ``chunk_bytes``), and binary ones.

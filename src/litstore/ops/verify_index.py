@@ -234,7 +234,16 @@ def _range_entries(run: _Run, low: int | None, high: int | None, problems: list[
         inside &= hashes >= np.uint64(low)
     if high is not None:
         inside &= hashes < np.uint64(high)
-    return joined[inside]
+    kept = joined[inside]
+    if run.tail.filter_blocks and len(kept):  # a filter that hides an entry would hide its key from lookups
+        try:
+            hidden = int(np.count_nonzero(~run.reader.may_hold(kept["key_hash"], kept["keyprint"])))
+        except IntegrityError as exc:
+            problems.append((path, str(exc)))
+        else:
+            if hidden:
+                problems.append((path, f"key run {path}'s filter hides {hidden} of its entries: it is damaged"))
+    return kept
 
 
 def _checked_pages(reader: RunReader, numbers: list[int], problems: list[tuple[str, str]]) -> list[np.ndarray]:

@@ -28,7 +28,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from litstore.errors import IntegrityError
-from litstore.format import keyrun
+from litstore.format import keyfilter, keyrun
 from litstore.format.models import KeyRunRef, Version
 from litstore.storage import MissingFileError, Storage
 
@@ -38,6 +38,8 @@ ABSENT, LIVE, DELETED = 0, 1, 2
 #: Up to this many pages missing at once are read rather than sliced from a local run's mapping.
 _READ_PAGES = 256
 _CACHED_PAGES = 4096
+#: Filter blocks kept in memory per run (4 MiB of 64-byte blocks).
+_CACHED_BLOCKS = 1 << 16
 
 
 def has_key_index(version: Version) -> bool:
@@ -60,6 +62,7 @@ class RunReader:
         self._tail: keyrun.Tail | None = None
         self._mapped: memoryview | None = None
         self._pages: dict[int, np.ndarray] = {}
+        self._blocks: dict[int, np.ndarray] = {}
 
     @property
     def ref(self) -> KeyRunRef:
@@ -131,6 +134,35 @@ class RunReader:
                 self._pages[number] = taken[number] = entries
         return [taken[number] for number in numbers]
 
+    def may_hold(self, hashes: np.ndarray, prints: np.ndarray) -> np.ndarray:
+        """For each key, whether the run may have an entry for it: ``False`` only where the run's filter
+        (format 5) says it has none; all ``True`` for a run without one.
+
+        The filter's blocks the keys fall in are read (each once, and kept), checked
+        against their checksums, then the keys' bits tested.
+        """
+        tail = self.tail()
+        if not tail.filter_blocks or not len(hashes):
+            return np.ones(len(hashes), dtype=bool)
+        rows = keyfilter.blocks_of(hashes, tail.filter_blocks)
+        numbers = np.unique(rows)
+        missing = [number for number in numbers.tolist() if number not in self._blocks]
+        if missing:
+            start, size = tail.filter_start, keyfilter.BLOCK
+            if len(missing) > _READ_PAGES:  # many: one read from the first to the last (verify reads them all)
+                low, high = missing[0], missing[-1] + 1
+                span = memoryview(self._storage.read_range(self._ref.path, start + low * size, start + high * size))
+                data: list[bytes | memoryview] = [span[(n - low) * size : (n - low + 1) * size] for n in missing]
+            else:
+                spans = [(start + number * size, start + (number + 1) * size) for number in missing]
+                data = list(self._storage.read_ranges(self._ref.path, spans))
+            bits = keyfilter.check_blocks(self._ref.path, missing, data)
+            if len(self._blocks) + len(missing) > _CACHED_BLOCKS:
+                self._blocks.clear()
+            self._blocks.update(zip(missing, bits, strict=True))
+        bits = np.stack([self._blocks[number] for number in numbers.tolist()])
+        return keyfilter.may_hold(bits, np.searchsorted(numbers, rows), prints)
+
     def everything(self) -> tuple[np.ndarray, list[str]]:
         """Every entry (checked page by page, copied) and the chunk names: what a merge reads."""
         tail = self.tail()
@@ -156,7 +188,10 @@ class RunReader:
             return status, found
         first = np.maximum(np.searchsorted(tail.fences, hashes, "left") - 1, 0)
         last = np.searchsorted(tail.fences, hashes, "right") - 1
-        where = np.flatnonzero(last >= 0)  # (a key below the first fence is not in the run)
+        inside = last >= 0  # (a key below the first fence is not in the run)
+        if tail.filter_blocks:
+            inside[inside] = self.may_hold(hashes[inside], prints[inside])
+        where = np.flatnonzero(inside)
         if not len(where):
             return status, found
         # In hash order: searching sorted keys in the pages walks them once (a large batch's
@@ -230,6 +265,10 @@ class KeyRuns:
         """
         for run in self._runs:
             run.tail()
+
+    def filtered(self) -> bool:
+        """Whether every run carries a key filter (format 5; see :mod:`litstore.format.keyfilter`)."""
+        return all(run.tail().filter_blocks for run in self._runs)
 
     def find_many(self, hashes: np.ndarray, prints: np.ndarray) -> tuple[np.ndarray, list[str], np.ndarray]:
         """For each key: :data:`LIVE`, :data:`DELETED` or :data:`ABSENT`, the name of the chunk its entry

@@ -322,7 +322,9 @@ def publish(
             run, older = keyruns.full_run(full), ()
         else:
             run = keyruns.entries_of(current.rows, current.deleted.keys, config.key_type)
-        key_runs, run_files = keyruns.write_runs(storage, number, transaction, run, older)
+        key_runs, run_files = keyruns.write_runs(
+            storage, number, transaction, run, older, config.writes_key_filters
+        )
         written.extend(run_files)
     fragment_ids = sorted(
         {chunk.filename.split("/")[1] for listed in current.staged_chunks.values() for chunk in listed}

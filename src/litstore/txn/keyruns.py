@@ -153,10 +153,11 @@ def write_runs(
     transaction: str,
     run: tuple[np.ndarray, list[str]],
     parent_runs: tuple[KeyRunRef, ...],
+    filtered: bool,
 ) -> tuple[tuple[KeyRunRef, ...], list[str]]:
     """Write version ``number``'s run (``run`` merged with the newest of ``parent_runs`` as the tiers say);
     the version's runs, newest first, and the files written. Nothing is written if ``run`` is empty: the
-    parent's runs serve."""
+    parent's runs serve. ``filtered``: the run carries a key filter (format 5)."""
     entries, names = run
     if not len(entries):
         return parent_runs, []
@@ -168,6 +169,6 @@ def write_runs(
     if not len(entries):
         return tuple(rest), []
     path = layout.key_run(number, transaction)
-    data = keyrun.encode(entries, names)
+    data = keyrun.encode(entries, names, filtered)
     storage.write(path, data)
     return (KeyRunRef(path=path, entries=len(entries), size=len(data)), *rest), [path]

@@ -1,4 +1,4 @@
-"""Upgrading a store to format 4: its newest version's key index written on disk, then its config switched.
+"""Upgrading a store to format 5: its newest version's key index written on disk, then its config switched.
 
 :func:`upgrade` (what ``Store.upgrade`` and ``litstore upgrade`` do) takes two steps,
 in this order:
@@ -12,10 +12,12 @@ in this order:
    catches up, finds that it touched no key, and commits on top of it; if the upgrade
    loses, it writes the run again for the newest head, or stops if that head has its
    index already (another upgrade won).
-2. **Switch** ``litstore.json``'s ``format_version`` to 4 (:func:`switch_format`): one
-   atomic write of the config, nothing else in it changed. A format-3 store has its
-   index already: its upgrade is this switch alone, after which upserts and deletes
-   write deletion vectors. (Any writer carries its parent's deletion vectors, so a
+2. **Switch** ``litstore.json``'s ``format_version`` to 5 (:func:`switch_format`): one
+   atomic write of the config, nothing else in it changed. A format-3 or 4 store has
+   its index already: its upgrade is this switch, after which upserts and deletes
+   write deletion vectors, and then one more :class:`~litstore.txn.change.Upgrade`
+   commit whose run of every record carries a key filter (format 5), since its old
+   runs have none (they still read, at a page per run a key). (Any writer carries its parent's deletion vectors, so a
    writer still holding the format-3 config copies chunks on write, as format 3 does,
    without losing a row another writer marked dead.)
 
@@ -50,7 +52,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from litstore._litdata.index import ChunkInfo
-from litstore.errors import ConflictError, StorageError
+from litstore.errors import ConflictError, IntegrityError, StorageError
 from litstore.format import layout
 from litstore.format import manifest as manifest_format
 from litstore.format.models import StoreConfig, Version, declared_fields
@@ -64,8 +66,9 @@ from litstore.txn.stage import write_chunk_hashes
 if TYPE_CHECKING:
     from litstore.read.version import VersionReader
 
-#: The store format an upgrade switches to: every commit writes a key run, upserts and deletes deletion vectors.
-FORMAT = 4
+#: The store format an upgrade switches to: every commit writes a key run with a key filter, upserts and
+#: deletes deletion vectors.
+FORMAT = 5
 _MAX_ATTEMPTS = 50
 
 
@@ -76,7 +79,8 @@ def upgrade(
     metadata: dict[str, Any] | None = None,
     progress: bool = False,
 ) -> VersionReader:
-    """Make the store of ``head`` a format-4 store whose newest version has its key index on disk.
+    """Make the store of ``head`` a format-5 store whose newest version has its key index (with key filters)
+    on disk.
 
     ``head`` should be the newest version (a newer one is caught up with). Nothing is
     committed if the store is format 3 or 4 already and its head's runs open, unless
@@ -95,8 +99,19 @@ def upgrade(
     if stored.format_version >= FORMAT:
         return head
     head = catch_up(head.reconfigured(switch_format(head.storage)))[0]
-    # A writer that held the format-2 config may have committed a version without runs before the switch.
-    return commit_index(head, Upgrade(), message, metadata, progress)
+    # A writer that held the format-2 config may have committed a version without runs before the switch;
+    # a format-3 or 4 store's runs have no key filters: one run of every record with its filter replaces them.
+    return commit_index(head, Upgrade(rebuild=not _filtered(head)), message, metadata, progress)
+
+
+def _filtered(head: VersionReader) -> bool:
+    """Whether every key run of ``head`` carries a key filter (format 5); ``False`` if a run does not open."""
+    try:
+        runs = head.key_runs()
+        runs.check()
+    except IntegrityError:
+        return False
+    return runs.filtered()
 
 
 def switch_format(storage: Any) -> StoreConfig:
@@ -211,7 +226,10 @@ def _write(
     indexes = copy_indexes(storage, parent, number, transaction)
     written.extend(indexes.values())
     write_sidecars(storage, [chunk for chunks in head.chunks().values() for chunk in chunks], manifest)
-    key_runs, run_files = keyruns.write_runs(storage, number, transaction, keyruns.full_run(manifest, progress), ())
+    # With its key filter even before the switch to format 5: a format-2 reader ignores key runs, and
+    # this litstore reads a filtered run under any format (so the switch needs no second run).
+    run = keyruns.full_run(manifest, progress)
+    key_runs, run_files = keyruns.write_runs(storage, number, transaction, run, (), filtered=True)
     written.extend(run_files)
     version = Version(
         number=number,

@@ -1,0 +1,166 @@
+"""Key filters (format 5): each key run carries a blocked Bloom filter, so a key a run does not hold costs one
+64-byte block of it, not a page; a damaged or lying filter is an IntegrityError (or found by verify), never a
+missed key."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import xxhash
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import litstore
+from litstore.format import hashing, keyfilter, keyrun
+from litstore.read.keyruns import RunReader
+
+Record = dict[str, Any]
+
+
+def _record(key: str, rev: int = 0) -> Record:
+    return {"id": key, "rev": rev}
+
+
+def _run_path(store: litstore.Store, number: int = 0) -> Path:
+    return Path(store.root) / store.version.key_runs[number].path
+
+
+def _footer(data: bytes) -> tuple[Any, ...]:
+    return keyrun.FOOTER.unpack(data[-keyrun.footer_size() :])
+
+
+@pytest.fixture
+def filtered_store(tmp_path: Path) -> litstore.Store:
+    store = litstore.Store.create(tmp_path / "s", key="id", chunk_bytes=1 << 16)
+    store.append([_record(f"k{i:05d}") for i in range(20_000)])
+    return store
+
+
+def test_a_new_store_writes_filtered_runs(filtered_store: litstore.Store) -> None:
+    assert filtered_store.config.format_version == 5
+    data = _run_path(filtered_store).read_bytes()
+    magic, count, _, _, _, blocks, _ = _footer(data)
+    assert magic == keyrun.FILTERED_MAGIC and count == 20_000
+    assert blocks == keyfilter.block_count(20_000) and blocks * keyfilter.BLOCK < count * 2  # ~10 bits a key
+
+
+def test_keys_a_run_does_not_hold_read_no_pages_of_it(filtered_store: litstore.Store, tmp_path: Path) -> None:
+    """An append's uniqueness check of 200 new keys reads about 1% of them as pages, where a run without a
+    filter (format 4) reads a page for nearly every key."""
+    new = [f"new{i:04d}" for i in range(200)]
+    unfiltered = litstore.Store.create(tmp_path / "old", key="id", chunk_bytes=1 << 16, format_version=4)
+    unfiltered.append([_record(f"k{i:05d}") for i in range(20_000)])
+    pages_read = {}
+    for name, store in (("filtered", filtered_store), ("unfiltered", unfiltered)):
+        reader = litstore.open(store.root).head().reader
+        assert reader.existing_keys(new) == []
+        pages_read[name] = len(reader.key_runs()._runs[0]._pages)
+    assert pages_read["unfiltered"] > 50
+    assert pages_read["filtered"] <= 8, pages_read
+
+
+def test_every_key_of_a_run_passes_its_filter(filtered_store: litstore.Store) -> None:
+    reader = RunReader(filtered_store.storage, filtered_store.version.key_runs[0])
+    entries, _ = reader.everything()
+    assert reader.may_hold(entries["key_hash"], entries["keyprint"]).all()
+    absent = [f"absent{i}" for i in range(5000)]
+    column = np.asarray([hashing.key_hash(key) for key in absent], dtype=np.uint64)
+    prints = np.frombuffer(b"".join(hashing.keyprint(key) for key in absent), dtype="V16")
+    assert reader.may_hold(column, prints).mean() < 0.03, "about 1% false positives"
+
+
+operation = st.one_of(
+    st.tuples(st.just("append"), st.lists(st.integers(0, 80), min_size=1, max_size=15, unique=True)),
+    st.tuples(st.just("upsert"), st.lists(st.integers(0, 80), min_size=1, max_size=15, unique=True)),
+    st.tuples(st.just("delete"), st.lists(st.integers(0, 80), min_size=1, max_size=10, unique=True)),
+    st.tuples(st.just("compact"), st.just([])),
+)
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(history=st.lists(operation, min_size=1, max_size=10))
+def test_lookups_through_filtered_runs_agree_with_a_model(tmp_path_factory: Any, history: list[Any]) -> None:
+    root = tmp_path_factory.mktemp("filtered")
+    store = litstore.Store.create(root / "s", key="id", chunk_bytes=2048)
+    model: dict[str, Record] = {}
+    for step, (kind, numbers) in enumerate(history):
+        keys = [f"k{number:03d}" for number in numbers]
+        if kind == "append":
+            fresh = [key for key in keys if key not in model]
+            store.append([_record(key, step) for key in fresh])
+            model.update((key, _record(key, step)) for key in fresh)
+        elif kind == "upsert":
+            store.upsert([_record(key, step) for key in keys])
+            model.update((key, _record(key, step)) for key in keys)
+        elif kind == "delete":
+            store.delete(keys, missing_ok=True)
+            for key in keys:
+                model.pop(key, None)
+        else:
+            store.compact()
+        asked = [f"k{number:03d}" for number in range(81)]
+        fresh_reader = litstore.open(store.root).head().reader
+        assert fresh_reader.get_many(asked, default=None) == [model.get(key) for key in asked], (step, kind)
+        assert sorted(fresh_reader.existing_keys(asked)) == sorted(model)
+    assert all(run.tail().filter_blocks for run in litstore.open(store.root).head().reader.key_runs()._runs)
+
+
+def test_a_flipped_bit_in_a_filter_block_is_an_integrity_error(filtered_store: litstore.Store) -> None:
+    path = _run_path(filtered_store)
+    data = bytearray(path.read_bytes())
+    data[20_000 * keyrun.ENTRY.itemsize + 3] ^= 0x10  # a bit of the first block
+    path.write_bytes(bytes(data))
+    reader = litstore.open(filtered_store.root).head().reader
+    with pytest.raises(litstore.IntegrityError, match="filter block 0 does not match its checksum"):
+        reader.get_many([f"k{i:05d}" for i in range(20_000)])
+    report = litstore.open(filtered_store.root).verify()
+    assert not report.ok and any("filter block" in problem for _, problem in report.index_problems)
+
+
+def test_a_footer_that_lies_about_its_filter_is_refused(filtered_store: litstore.Store) -> None:
+    path = _run_path(filtered_store)
+    data = bytearray(path.read_bytes())
+    footer = list(_footer(bytes(data)))
+    footer[5] += 1
+    data[-keyrun.footer_size() :] = keyrun.FOOTER.pack(*footer)
+    path.write_bytes(bytes(data))
+    with pytest.raises(litstore.IntegrityError, match="filter blocks"):
+        litstore.open(filtered_store.root)["k00001"]
+
+
+def test_a_filter_emptied_with_right_checksums_is_found_by_verify(filtered_store: litstore.Store) -> None:
+    """A filter forged to say "absent" for every key (its checksums made anew) hides the run's keys from
+    lookups, as a forged page would; verify names it."""
+    path = _run_path(filtered_store)
+    data = bytearray(path.read_bytes())
+    start, blocks = 20_000 * keyrun.ENTRY.itemsize, _footer(bytes(data))[5]
+    for number in range(blocks):
+        at = start + number * keyfilter.BLOCK
+        data[at : at + 56] = bytes(56)
+        checksum = xxhash.xxh3_64_intdigest(bytes(56)) ^ ((number * 0x9E3779B97F4A7C15) % 2**64)
+        data[at + 56 : at + 64] = checksum.to_bytes(8, "little")
+    path.write_bytes(bytes(data))
+    assert "k00001" not in litstore.open(filtered_store.root), "the forged filter hides the key"
+    report = litstore.open(filtered_store.root).verify()
+    assert not report.ok
+    assert any("filter hides 20000 of its entries" in problem for _, problem in report.index_problems)
+
+
+def test_a_format_4_store_reads_and_upgrades_to_filtered_runs(tmp_path: Path) -> None:
+    store = litstore.Store.create(tmp_path / "s", key="id", chunk_bytes=4096, format_version=4)
+    store.append([_record(f"k{i:04d}") for i in range(3000)])
+    store.delete(["k0007"])
+    assert _footer(_run_path(store).read_bytes())[0] == keyrun.MAGIC
+    fingerprint = store.version.fingerprint
+    upgraded = litstore.open(store.root)
+    upgraded.upgrade()
+    assert upgraded.config.format_version == 5 and upgraded.version.fingerprint == fingerprint
+    assert upgraded.version.operation == "upgrade" and len(upgraded.version.key_runs) == 1
+    assert _footer(_run_path(upgraded).read_bytes())[0] == keyrun.FILTERED_MAGIC
+    fresh = litstore.open(store.root)
+    assert fresh["k0001"] == _record("k0001") and "k0007" not in fresh
+    assert fresh.diff(store.version.number, fresh.version.number).counts == {"added": 0, "removed": 0, "changed": 0}
+    assert fresh.verify().ok
