@@ -164,3 +164,31 @@ def test_a_format_4_store_reads_and_upgrades_to_filtered_runs(tmp_path: Path) ->
     assert fresh["k0001"] == _record("k0001") and "k0007" not in fresh
     assert fresh.diff(store.version.number, fresh.version.number).counts == {"added": 0, "removed": 0, "changed": 0}
     assert fresh.verify().ok
+
+
+def test_a_checkpoint_writes_one_run_of_every_record(tmp_path: Path) -> None:
+    """A checkpoint composes the manifest anyway: its run holds every record, so a version lists at most the
+    runs of the commits since the last checkpoint, however many commits the store has had."""
+    store = litstore.Store.create(tmp_path / "s", key="id", chunk_bytes=4096, checkpoint_interval=8)
+    for batch in range(1, 30):
+        store.append([_record(f"k{batch:02d}-{i}") for i in range(batch)])
+        runs = store.version.key_runs
+        if store.version.number % 8 == 0:
+            assert len(runs) == 1 and runs[0].entries == store.version.total
+        assert len(runs) <= 4, runs
+    fresh = litstore.open(store.root)
+    keys = [f"k{batch:02d}-{i}" for batch in range(1, 30) for i in range(batch)]
+    assert fresh.get_many(keys) == [_record(key) for key in keys]
+
+
+def test_a_large_commit_merges_into_runs_of_its_own_size(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The merge limit grows with the commit's own run, so building a store by large appends keeps few runs."""
+    from litstore.txn import keyruns
+
+    monkeypatch.setattr(keyruns, "MERGE_LIMIT", 100)
+    store = litstore.Store.create(tmp_path / "s", key="id", chunk_bytes=1 << 16, checkpoint_interval=1000)
+    for batch in range(8):
+        store.append([_record(f"k{batch}-{i:03d}") for i in range(100)])
+    assert len(store.version.key_runs) <= 3, "without the factor every 100-entry run would stay apart"
+    fresh = litstore.open(store.root)
+    assert fresh["k0-000"] == _record("k0-000") and fresh["k7-099"] == _record("k7-099")

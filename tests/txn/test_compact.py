@@ -58,12 +58,12 @@ def test_compact_then_write_then_gc(make_store: Callable[..., litstore.Store]) -
 
 
 def test_compaction_of_a_format_3_store_leaves_one_run(make_store: Callable[..., litstore.Store]) -> None:
-    store = make_store(key="id", chunk_bytes=8192, format_version=3)
+    store = make_store(key="id", chunk_bytes=8192, format_version=3, checkpoint_interval=1000)
     for batch in range(60):
         store.append([record(batch * 10 + i) for i in range(10)])
     store.upsert([record(5, rev=1)])
     store.delete(["k0006"])
-    assert len(store.version.key_runs) > 2, store.version.key_runs
+    assert len(store.version.key_runs) > 1, store.version.key_runs
     version = store.compact()
     assert version.operation == "compact" and len(version.key_runs) == 1
     assert version.key_runs[0].entries == version.total == 599

@@ -316,7 +316,9 @@ def publish(
     key_runs: tuple[KeyRunRef, ...] = ()  # a writer holding a format-2 config lists none, not its parent's
     if config.writes_key_runs:
         older = parent.key_runs
-        if operation == "compact" or not has_key_index(parent):  # one run of every record
+        # One run of every record: where the manifest is composed anyway (compaction, a checkpoint), which
+        # bounds a version's runs by the commits since the last checkpoint, and where the parent has none.
+        if operation == "compact" or checkpoint_path is not None or not has_key_index(parent):
             if full is None:
                 full = _applied(head.manifest(), delta, config.key_type, declared_fields(config, parent))
             run, older = keyruns.full_run(full), ()

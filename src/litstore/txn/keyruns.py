@@ -10,10 +10,17 @@ its current place.
 holds at most twice as many entries as the newer runs put together, the two are
 merged into one: the newest entry of each key is kept, and a deleted entry is dropped
 when the merge reaches the oldest run. So a version has O(log N) runs and an entry
-is rewritten O(log N) times over its life. A commit merges runs of at most
-:data:`MERGE_LIMIT` entries; larger ones are merged by compaction.
+is rewritten O(log N) times over its life. A commit's merges write at most
+:data:`MERGE_LIMIT` entries, or :data:`MERGE_FACTOR` times its own run if that is
+more (a large append merges into runs of its own size, so building a store by large
+appends keeps few runs); larger merges wait for the next checkpoint or compaction.
 
-**Full runs.** Compaction writes one run of every record of the version it commits
+**Full runs at checkpoints.** A commit that writes a checkpoint composes the whole
+manifest anyway; it writes one run of every record too (:func:`full_run`), so a
+version has at most the runs of the commits since the last checkpoint (at most
+``checkpoint_interval``, merged as above), however many records the store holds.
+
+**Full runs.** Compaction and checkpoints write one run of every record of the version they commit
 (:func:`full_run`, from the version's manifest, which compaction composes anyway), so
 after any number of small appends a compacted version's lookup reads one run. So do
 ``Store.upgrade`` and a format-3 commit whose parent has no runs at all (a version
@@ -35,8 +42,10 @@ from litstore.read.keyruns import RunReader
 from litstore.storage import Storage
 from litstore.txn.progress import bar
 
-#: A commit merges runs only while the result stays below this many entries (~48 MB).
+#: A commit merges runs only while the result stays below this many entries (~48 MB), or below
+#: :data:`MERGE_FACTOR` times the entries of its own run.
 MERGE_LIMIT = 1 << 20
+MERGE_FACTOR = 4
 #: Records :func:`full_run` hashes at once.
 _FULL_RUN_BATCH = 1 << 18
 
@@ -162,7 +171,8 @@ def write_runs(
     if not len(entries):
         return parent_runs, []
     rest = list(parent_runs)
-    while rest and rest[0].entries <= 2 * len(entries) and rest[0].entries + len(entries) <= MERGE_LIMIT:
+    limit = max(MERGE_LIMIT, MERGE_FACTOR * len(entries))
+    while rest and rest[0].entries <= 2 * len(entries) and rest[0].entries + len(entries) <= limit:
         older = rest.pop(0)
         reader = RunReader(storage, older)
         entries, names = merged((entries, names), reader.everything(), oldest=not rest)
