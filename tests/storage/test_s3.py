@@ -35,7 +35,7 @@ def test_litdata_input_is_the_url_with_the_options(s3_endpoint: str, s3_bucket: 
 
     options = {"endpoint_url": s3_endpoint, "region_name": "us-east-1"}
     source = S3Storage(f"s3://{s3_bucket}/stores/one", options).litdata_input()
-    assert source == RemoteInput(f"s3://{s3_bucket}/stores/one", options, plain_http=s3_endpoint.startswith("http://"))
+    assert source == RemoteInput(f"s3://{s3_bucket}/stores/one", options, plain_http=True, endpoint=s3_endpoint)
     assert source.plain_http  # moto on loopback: litdata needs litstore's plain-http downloader
     https = S3Storage(f"s3://{s3_bucket}", {"endpoint_url": "https://s3.example.com"}).litdata_input()
     assert not https.plain_http

@@ -55,10 +55,19 @@ class S3Storage(Storage):
     def url(self) -> str:
         return f"s3://{self.bucket}/{self.prefix}" if self.prefix else f"s3://{self.bucket}"
 
+    @property
+    def endpoint(self) -> str:
+        """The endpoint requests go to, as boto3 resolved it (options, ``AWS_ENDPOINT_URL``, or AWS's)."""
+        return str(self.client.meta.endpoint_url)
+
     def litdata_input(self) -> RemoteInput:
-        """The root's URL, with the same boto3 options (litdata passes them to its S3 client)."""
-        plain_http = str(self.options.get("endpoint_url", "")).startswith("http://")
-        return RemoteInput(self.url, dict(self.options), plain_http)
+        """The root's URL, with the same boto3 options (litdata passes them to its S3 client).
+
+        Plain http is judged from the endpoint boto3 resolved, so an endpoint set only
+        through ``AWS_ENDPOINT_URL`` streams as it looks up.
+        """
+        endpoint = self.endpoint
+        return RemoteInput(self.url, dict(self.options), endpoint.startswith("http://"), endpoint)
 
     def _key(self, path: str) -> str:
         check_path(path)
@@ -76,6 +85,10 @@ class S3Storage(Storage):
         state["_client"] = None
         return state
 
+    def _failure(self, action: str, path: str, exc: Exception) -> StorageError:
+        """S3's refusal, or a network fault (no connection, a timeout, http against https), naming the endpoint."""
+        return StorageError(f"cannot {action} {path!r} in {self.url} (endpoint {self.endpoint}): {exc}")
+
     @contextmanager
     def _translated(self, action: str, path: str) -> Iterator[None]:
         try:
@@ -83,9 +96,9 @@ class S3Storage(Storage):
         except ClientError as exc:
             if exc.response.get("Error", {}).get("Code") in _NOT_FOUND:
                 raise MissingFileError(f"no file {path!r} in {self.url}") from exc
-            raise StorageError(f"cannot {action} {path!r} in {self.url}: {exc}") from exc
+            raise self._failure(action, path, exc) from exc
         except BotoCoreError as exc:
-            raise StorageError(f"cannot {action} {path!r} in {self.url}: {exc}") from exc
+            raise self._failure(action, path, exc) from exc
 
     def _succeeds(self, action: str, path: str, call: Callable[[], Any], refusals: set[str]) -> bool:
         """Run ``call``: ``False`` if S3 refused it with one of ``refusals``, ``True`` if it succeeded."""
@@ -94,9 +107,9 @@ class S3Storage(Storage):
         except ClientError as exc:
             if exc.response.get("Error", {}).get("Code") in refusals:
                 return False
-            raise StorageError(f"cannot {action} {path!r} in {self.url}: {exc}") from exc
+            raise self._failure(action, path, exc) from exc
         except BotoCoreError as exc:
-            raise StorageError(f"cannot {action} {path!r} in {self.url}: {exc}") from exc
+            raise self._failure(action, path, exc) from exc
         return True
 
     def exists(self, path: str) -> bool:
