@@ -1,8 +1,9 @@
 """A store root on S3 or an S3-compatible service: the one module that talks to object storage.
 
-``storage_options`` are keyword arguments for ``boto3``'s S3 client (``endpoint_url``,
-``aws_access_key_id``, ``region_name``, ...), the same dictionary litdata takes, so
-one set of options serves the store and its streaming.
+``storage_options`` may be written as boto3, object_store (Lance, Delta, polars,
+obstore) or fsspec users write them; :mod:`.options` maps them to boto3 client keyword
+arguments, the dictionary litdata takes too, so one set of options serves the store
+and its streaming.
 
 Why boto3 and not obstore for the store's own I/O: obstore's runtime is not
 fork-safe, and a process that used it before a ``DataLoader`` forks its workers makes
@@ -25,8 +26,9 @@ from typing import Any
 import boto3
 from botocore.exceptions import BotoCoreError, ClientError
 
-from litstore.errors import MissingFileError, StorageError
+from litstore.errors import InvalidArgumentError, MissingFileError, StorageError
 from litstore.storage.base import FileInfo, RemoteInput, Storage, check_path
+from litstore.storage.options import s3_client_options
 
 _NOT_FOUND = {"404", "NoSuchKey", "NotFound"}
 _ALREADY_EXISTS = {"PreconditionFailed", "412", "ConditionalRequestConflict", "409"}
@@ -43,7 +45,7 @@ class S3Storage(Storage):
             raise StorageError(f"no bucket in {url!r}")
         self.bucket = bucket
         self.prefix = prefix.strip("/")
-        self.options: dict[str, Any] = dict(options or {})
+        self.options: dict[str, Any] = s3_client_options(options)
         self.bytes_read = 0
         self._client: Any = None
         self._client_pid = -1
@@ -76,7 +78,12 @@ class S3Storage(Storage):
     @property
     def client(self) -> Any:
         if self._client is None or self._client_pid != os.getpid():
-            self._client = boto3.session.Session().client("s3", **self.options)
+            try:
+                self._client = boto3.session.Session().client("s3", **self.options)
+            except (TypeError, ValueError) as exc:  # a value boto3 refuses (the keys are checked already)
+                raise InvalidArgumentError(f"storage_options for {self.url} are not usable: {exc}") from exc
+            except BotoCoreError as exc:
+                raise StorageError(f"cannot make an S3 client for {self.url}: {exc}") from exc
             self._client_pid = os.getpid()
         return self._client
 
