@@ -77,13 +77,14 @@ from litdata.streaming.sampler import ChunkedIndex
 from litdata.utilities.env import _WorkerEnv
 
 from litstore import stream_state
-from litstore._litdata.downloader import allow_plain_http_s3
+from litstore._litdata.downloader import allow_plain_http_s3, download_fault
 from litstore._litdata.index import ChunkInfo, index_document, parse_index_document
 from litstore._litdata.writer import ChunkWriter
 from litstore.errors import (
     IntegrityError,
     InvalidArgumentError,
     LitstoreError,
+    StorageError,
     StreamStateError,
     VersionNotFoundError,
 )
@@ -166,6 +167,7 @@ def open_dataset(
         source.url,
         identity,
         plain_http=source.plain_http,
+        endpoint=source.endpoint or source.url,
         chunks=chunks,
         records_file=checked,
         chunk_hashes=hashes,
@@ -425,6 +427,7 @@ class VersionDataset(StreamingDataset):
         identity: dict[str, Any],
         plain_http: bool = False,
         *,
+        endpoint: str | None = None,
         chunks: Sequence[ChunkInfo] = (),
         records_file: Path | None = None,
         chunk_hashes: ChunkHashes | None = None,
@@ -433,6 +436,7 @@ class VersionDataset(StreamingDataset):
         **kwargs: Any,
     ) -> None:
         self._plain_http = plain_http
+        self._endpoint = endpoint  # where a remote stream downloads chunks from (errors name it)
         if plain_http:
             allow_plain_http_s3()
         transform = kwargs.pop("transform", None)
@@ -559,14 +563,15 @@ class VersionDataset(StreamingDataset):
     # index.json, or a truncated chunk, raises RuntimeError, ValueError, IndexError or
     # OSError from inside litdata (found by tests/store/test_fuzzed_stores.py); a local
     # stream's headers are checked by DecodedChunk, named the same way in _decode. A
-    # plain try costs nothing per item.
+    # download that failed (the storage client's error is in the chain) is a StorageError,
+    # never damage. A plain try costs nothing per item.
     def __iter__(self) -> VersionDataset:
         try:
             super().__iter__()
         except (LitstoreError, StopIteration):
             raise
         except (RuntimeError, ValueError, IndexError, OSError) as exc:
-            raise _damaged_chunk(self.identity, exc) from exc
+            raise _stream_failure(self.identity, self._endpoint, exc) from exc
         return self
 
     def __next__(self) -> Any:
@@ -585,7 +590,7 @@ class VersionDataset(StreamingDataset):
         except (LitstoreError, StopIteration):
             raise
         except (RuntimeError, ValueError, IndexError, OSError) as exc:
-            raise _damaged_chunk(self.identity, exc) from exc
+            raise _stream_failure(self.identity, self._endpoint, exc) from exc
 
     def _live(self, chunk_index: int) -> np.ndarray | None:
         """The live rows of chunk ``chunk_index`` (litdata's number), or ``None`` when every row is live.
@@ -728,6 +733,19 @@ class VersionDataset(StreamingDataset):
 
 def _map_nothing(chunk_index: int, chunk_filepath: str) -> None:
     """An item loader's ``warm_posix_chunk`` that maps nothing (litdata's reader gives the page-cache hint itself)."""
+
+
+def _stream_failure(identity: dict[str, Any], endpoint: str | None, exc: BaseException) -> LitstoreError:
+    """What litdata's error while streaming means: a download's fault (:class:`StorageError`) or a damaged chunk."""
+    fault = download_fault(exc)
+    if fault is None:
+        return _damaged_chunk(identity, exc)
+    detail = str(fault).strip().splitlines()[0] if str(fault).strip() else type(fault).__name__
+    return StorageError(
+        f"streaming version {identity.get('version')} of {identity.get('root')} could not download a chunk from "
+        f"{endpoint or identity.get('root')} ({type(fault).__name__}: {detail}): a network or storage fault, not "
+        "damage; check the endpoint, credentials and network, then retry"
+    )
 
 
 def _damaged_chunk(identity: dict[str, Any], exc: BaseException) -> IntegrityError:

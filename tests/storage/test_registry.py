@@ -50,7 +50,7 @@ def test_import_litstore_loads_no_heavy_backend() -> None:
     assert result.stdout.strip() == "[]"
 
 
-def test_only_the_s3_backend_imports_boto3() -> None:
+def test_only_the_s3_modules_import_boto3() -> None:
     package = Path(__file__).parents[2] / "src" / "litstore"
     importers = sorted(
         str(path.relative_to(package))
@@ -60,4 +60,4 @@ def test_only_the_s3_backend_imports_boto3() -> None:
             for line in path.read_text().splitlines()
         )
     )
-    assert importers == ["storage/s3.py"]
+    assert importers == ["storage/options.py", "storage/s3.py"]

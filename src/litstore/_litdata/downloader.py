@@ -1,14 +1,19 @@
-"""Letting litdata download chunks from S3 over a plain-http endpoint (moto, MinIO).
+"""litdata's chunk downloads: plain-http S3 endpoints, and telling a download's fault from a damaged chunk.
 
 litdata builds its obstore client with fixed client options, which override
 obstore's ``AWS_ALLOW_HTTP`` setting, so it refuses ``http://`` endpoints. This
 module registers, through litdata's public ``register_downloader``, a subclass of its
 S3 downloader that only adds ``allow_http``. It overrides ``S3Downloader._get_store``,
 a private litdata method: re-check it when the litdata pin moves.
+
+litdata downloads chunks in a prefetch thread and re-raises its failure as a
+``RuntimeError`` chained to the original; :func:`download_fault` finds the storage
+client's error in that chain, so streaming can report a network fault as one.
 """
 
 from __future__ import annotations
 
+import socket
 from typing import Any, cast
 
 from litdata.streaming.downloader import (
@@ -47,3 +52,25 @@ class _PlainHttpS3Downloader(S3Downloader):
 def allow_plain_http_s3() -> None:
     """Let litdata in this process download chunks from ``s3://`` over a plain-http endpoint."""
     register_downloader("s3://", _PlainHttpS3Downloader, overwrite=True)
+
+
+#: Modules whose exceptions are a storage client's: the request failed, the bytes were never read.
+_CLIENT_MODULES = ("obstore", "botocore", "boto3", "s3transfer", "urllib3", "requests", "google", "azure")
+
+
+def download_fault(exc: BaseException) -> BaseException | None:
+    """The storage client's error (a network or service fault) behind ``exc``, if there is one.
+
+    Walks ``exc``'s chain of causes: an error raised by obstore, boto3 or another storage
+    client, or a connection error or timeout, means a chunk could not be downloaded,
+    not that the chunk is damaged.
+    """
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        module = type(current).__module__.partition(".")[0]
+        if module in _CLIENT_MODULES or isinstance(current, (ConnectionError, TimeoutError, socket.gaierror)):
+            return current
+        current = current.__cause__ or current.__context__
+    return None

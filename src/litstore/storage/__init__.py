@@ -6,6 +6,8 @@ root               backend                                     module
 a local path       :class:`~.local.LocalStorage`               :mod:`.local`
 ``s3://b/prefix``  :class:`~.s3.S3Storage` (boto3)             :mod:`.s3`
 ``memory://name``  :class:`~.memory.MemoryStorage`             :mod:`.memory`
+``az://c/prefix``  :class:`~.objectstore.ObjectStorage`        :mod:`.objectstore`
+                   (obstore; ``abfs://`` alike; no streaming)
 =================  ==========================================  ==========================
 
 :func:`open_storage` picks the backend from the root's scheme and imports its module
@@ -29,6 +31,9 @@ BACKENDS: dict[str, str] = {
     "file": "litstore.storage.local:LocalStorage",
     "s3": "litstore.storage.s3:S3Storage",
     "memory": "litstore.storage.memory:MemoryStorage",
+    "az": "litstore.storage.objectstore:ObjectStorage",
+    "abfs": "litstore.storage.objectstore:ObjectStorage",
+    "abfss": "litstore.storage.objectstore:ObjectStorage",
 }
 
 __all__ = [
@@ -46,7 +51,7 @@ __all__ = [
 
 
 def open_storage(root: str | os.PathLike[str] | Storage, options: dict[str, Any] | None = None) -> Storage:
-    """The backend for ``root``: a local directory, ``s3://bucket/prefix`` or ``memory://name``.
+    """The backend for ``root``: a local directory, ``s3://bucket/prefix``, ``az://container/prefix`` or ``memory://name``.
 
     Raises:
         StorageError: the scheme is not one litstore knows.

@@ -76,6 +76,8 @@ class RemoteInput(NamedTuple):
     #: The service is reached over plain http (a local S3 such as moto or MinIO), which
     #: litdata's own downloader does not do: litstore registers one that does.
     plain_http: bool = False
+    #: The service's endpoint, as errors name it (``""``: the client's default).
+    endpoint: str = ""
 
 
 #: How litdata's streaming reaches a root (:meth:`Storage.litdata_input`).

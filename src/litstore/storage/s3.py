@@ -1,8 +1,9 @@
 """A store root on S3 or an S3-compatible service: the one module that talks to object storage.
 
-``storage_options`` are keyword arguments for ``boto3``'s S3 client (``endpoint_url``,
-``aws_access_key_id``, ``region_name``, ...), the same dictionary litdata takes, so
-one set of options serves the store and its streaming.
+``storage_options`` may be written as boto3, object_store (Lance, Delta, polars,
+obstore) or fsspec users write them; :mod:`.options` maps them to boto3 client keyword
+arguments, the dictionary litdata takes too, so one set of options serves the store
+and its streaming.
 
 Why boto3 and not obstore for the store's own I/O: obstore's runtime is not
 fork-safe, and a process that used it before a ``DataLoader`` forks its workers makes
@@ -25,8 +26,9 @@ from typing import Any
 import boto3
 from botocore.exceptions import BotoCoreError, ClientError
 
-from litstore.errors import MissingFileError, StorageError
+from litstore.errors import InvalidArgumentError, MissingFileError, StorageError
 from litstore.storage.base import FileInfo, RemoteInput, Storage, check_path
+from litstore.storage.options import s3_client_options
 
 _NOT_FOUND = {"404", "NoSuchKey", "NotFound"}
 _ALREADY_EXISTS = {"PreconditionFailed", "412", "ConditionalRequestConflict", "409"}
@@ -43,7 +45,7 @@ class S3Storage(Storage):
             raise StorageError(f"no bucket in {url!r}")
         self.bucket = bucket
         self.prefix = prefix.strip("/")
-        self.options: dict[str, Any] = dict(options or {})
+        self.options: dict[str, Any] = s3_client_options(options)
         self.bytes_read = 0
         self._client: Any = None
         self._client_pid = -1
@@ -55,10 +57,19 @@ class S3Storage(Storage):
     def url(self) -> str:
         return f"s3://{self.bucket}/{self.prefix}" if self.prefix else f"s3://{self.bucket}"
 
+    @property
+    def endpoint(self) -> str:
+        """The endpoint requests go to, as boto3 resolved it (options, ``AWS_ENDPOINT_URL``, or AWS's)."""
+        return str(self.client.meta.endpoint_url)
+
     def litdata_input(self) -> RemoteInput:
-        """The root's URL, with the same boto3 options (litdata passes them to its S3 client)."""
-        plain_http = str(self.options.get("endpoint_url", "")).startswith("http://")
-        return RemoteInput(self.url, dict(self.options), plain_http)
+        """The root's URL, with the same boto3 options (litdata passes them to its S3 client).
+
+        Plain http is judged from the endpoint boto3 resolved, so an endpoint set only
+        through ``AWS_ENDPOINT_URL`` streams as it looks up.
+        """
+        endpoint = self.endpoint
+        return RemoteInput(self.url, dict(self.options), endpoint.startswith("http://"), endpoint)
 
     def _key(self, path: str) -> str:
         check_path(path)
@@ -67,7 +78,12 @@ class S3Storage(Storage):
     @property
     def client(self) -> Any:
         if self._client is None or self._client_pid != os.getpid():
-            self._client = boto3.session.Session().client("s3", **self.options)
+            try:
+                self._client = boto3.session.Session().client("s3", **self.options)
+            except (TypeError, ValueError) as exc:  # a value boto3 refuses (the keys are checked already)
+                raise InvalidArgumentError(f"storage_options for {self.url} are not usable: {exc}") from exc
+            except BotoCoreError as exc:
+                raise StorageError(f"cannot make an S3 client for {self.url}: {exc}") from exc
             self._client_pid = os.getpid()
         return self._client
 
@@ -76,6 +92,10 @@ class S3Storage(Storage):
         state["_client"] = None
         return state
 
+    def _failure(self, action: str, path: str, exc: Exception) -> StorageError:
+        """S3's refusal, or a network fault (no connection, a timeout, http against https), naming the endpoint."""
+        return StorageError(f"cannot {action} {path!r} in {self.url} (endpoint {self.endpoint}): {exc}")
+
     @contextmanager
     def _translated(self, action: str, path: str) -> Iterator[None]:
         try:
@@ -83,9 +103,9 @@ class S3Storage(Storage):
         except ClientError as exc:
             if exc.response.get("Error", {}).get("Code") in _NOT_FOUND:
                 raise MissingFileError(f"no file {path!r} in {self.url}") from exc
-            raise StorageError(f"cannot {action} {path!r} in {self.url}: {exc}") from exc
+            raise self._failure(action, path, exc) from exc
         except BotoCoreError as exc:
-            raise StorageError(f"cannot {action} {path!r} in {self.url}: {exc}") from exc
+            raise self._failure(action, path, exc) from exc
 
     def _succeeds(self, action: str, path: str, call: Callable[[], Any], refusals: set[str]) -> bool:
         """Run ``call``: ``False`` if S3 refused it with one of ``refusals``, ``True`` if it succeeded."""
@@ -94,9 +114,9 @@ class S3Storage(Storage):
         except ClientError as exc:
             if exc.response.get("Error", {}).get("Code") in refusals:
                 return False
-            raise StorageError(f"cannot {action} {path!r} in {self.url}: {exc}") from exc
+            raise self._failure(action, path, exc) from exc
         except BotoCoreError as exc:
-            raise StorageError(f"cannot {action} {path!r} in {self.url}: {exc}") from exc
+            raise self._failure(action, path, exc) from exc
         return True
 
     def exists(self, path: str) -> bool:
