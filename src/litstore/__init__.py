@@ -35,6 +35,7 @@ from litstore.errors import (
     VerificationError,
     VersionNotFoundError,
 )
+from litstore.format.stored_media import Media, keeping_media
 from litstore.format.models import FieldSplit, HashSplit, StoreConfig, Tag, Version
 from litstore.ops.audit import AuditReport
 from litstore.ops.diff import Diff
@@ -63,6 +64,7 @@ __all__ = [
     "KeyFieldError",
     "KeyNotFoundError",
     "LitstoreError",
+    "Media",
     "MissingDependencyError",
     "MissingFileError",
     "QueryError",
@@ -86,5 +88,6 @@ __all__ = [
     "VerifyReport",
     "Version",
     "VersionNotFoundError",
+    "keeping_media",
     "open",
 ]
