@@ -35,7 +35,7 @@ from litstore.errors import (
     VerificationError,
     VersionNotFoundError,
 )
-from litstore.format.stored_media import Media, keeping_media
+from litstore.format.stored_media import Media, encoded_media, keeping_media
 from litstore.format.models import FieldSplit, HashSplit, StoreConfig, Tag, Version
 from litstore.ops.audit import AuditReport
 from litstore.ops.diff import Diff
@@ -88,6 +88,7 @@ __all__ = [
     "VerifyReport",
     "Version",
     "VersionNotFoundError",
+    "encoded_media",
     "keeping_media",
     "open",
 ]

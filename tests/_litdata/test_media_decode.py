@@ -63,6 +63,7 @@ def test_decode_equals_litdata_serializer(name: str, data: bytes) -> None:
     assert torch.equal(decode_media("jpeg" if name.startswith("jpeg") else "image:png", data), expected)
 
 
+@pytest.mark.integration
 def test_image_read_imports_no_torchvision(tmp_path: object) -> None:
     """A store[key] that returns a PNG or a JPEG image decodes it without importing torchvision."""
     script = f"""

@@ -19,8 +19,9 @@ stores **the same bytes** (same content hash), not the decoded pixels:
   is a new value: it is stored as what it is.
 
 Where no decoded value is wanted (the command line, exports, Ray), records carry
-:class:`Media` values themselves: :func:`keeping_media` reads an iterable's records
-with media left in their stored form, without importing litdata or torch, and a
+:class:`Media` values themselves: within :func:`encoded_media` (or for the items of
+:func:`keeping_media`) records are read with media left in their stored form, without
+importing litdata or torch, and a
 :class:`Media` is written back as exactly its bytes. ``media.decode()`` decodes one.
 
 Pure: imports neither litdata nor torch.
@@ -160,7 +161,12 @@ def media_left_encoded() -> bool:
 
 
 @contextmanager
-def _encoded() -> Iterator[None]:
+def encoded_media() -> Iterator[None]:
+    """Within it, records read in this thread keep their media as :class:`Media` (no decode, no import of litdata).
+
+    For a lazy iterator of records that the caller's code consumes, :func:`keeping_media`
+    limits this to the reading of each item.
+    """
     before = _mode.encoded
     _mode.encoded = True
     try:
@@ -177,18 +183,12 @@ def keeping_media(items: Iterable[_T]) -> Iterator[_T]:
     """
     iterator = iter(items)
     while True:
-        with _encoded():
+        with encoded_media():
             try:
                 item = next(iterator)
             except StopIteration:
                 return
         yield item
-
-
-def read_keeping_media(read: Callable[[], _T]) -> _T:
-    """``read()``, with the records it decodes keeping their media as :class:`Media`."""
-    with _encoded():
-        return read()
 
 
 # -- describing media from their headers ---------------------------------------------
