@@ -141,3 +141,15 @@ def fingerprint(value: Any) -> Any:
     if isinstance(value, PILImage.Image):
         return ("pil", value.mode, value.size, xxhash.xxh3_64_intdigest(value.tobytes()))
     return None
+
+
+def _check_tensor_header(data: bytes) -> None:
+    """Refuse a ``tensor`` whose header claims more elements than its bytes hold (litdata would allocate them)."""
+    try:
+        dtype_index, rank = struct.unpack_from(">II", data, 0)
+        shape = struct.unpack_from(f">{rank}I", data, 8) if rank <= 64 else None
+        dtype = _TORCH_DTYPES_MAPPING[dtype_index]
+    except (struct.error, KeyError) as exc:
+        raise IntegrityError(f"stored tensor media has a damaged header: {exc!r}") from exc
+    if shape is None or math.prod(shape) * dtype.itemsize != len(data) - 8 - 4 * rank:
+        raise IntegrityError("stored tensor media has a shape that does not match its bytes")
