@@ -32,7 +32,9 @@ def _peak_mb():
     return float("nan")
 """
 
-_PROBE = _PEAK + """
+_PROBE = (
+    _PEAK
+    + """
 import json, runpy, sys
 sys.argv = ["litstore", "get", {root!r}, {key!r}]
 try:
@@ -42,14 +44,18 @@ except SystemExit:
 print(json.dumps({{"torch": "torch" in sys.modules, "torchvision": "torchvision" in sys.modules,
     "rss_mb": _peak_mb()}}), file=sys.stderr)
 """
+)
 
-_LOOKUP = _PEAK + """
+_LOOKUP = (
+    _PEAK
+    + """
 import json, sys
 import litstore
 value = litstore.open({root!r})[{key!r}]["image"]
 print(json.dumps({{"torch": "torch" in sys.modules, "torchvision": "torchvision" in sys.modules,
     "rss_mb": _peak_mb(), "shape": list(value.shape)}}), file=sys.stderr)
 """
+)
 
 
 def build(folder: Path, records: int, size: int) -> tuple[str, str]:

@@ -35,8 +35,8 @@ from litstore.errors import (
     VerificationError,
     VersionNotFoundError,
 )
-from litstore.format.stored_media import Media, encoded_media, keeping_media
 from litstore.format.models import FieldSplit, HashSplit, StoreConfig, Tag, Version
+from litstore.format.stored_media import Media, encoded_media, keeping_media
 from litstore.ops.audit import AuditReport
 from litstore.ops.diff import Diff
 from litstore.ops.gc import GCReport

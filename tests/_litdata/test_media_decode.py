@@ -40,13 +40,18 @@ def _cases() -> list[tuple[str, bytes]]:
         ("png palette", _encoded(rgb.convert("P", palette=PILImage.Palette.ADAPTIVE, colors=40), "PNG")),
         ("png 1-bit", _encoded(gray.convert("1"), "PNG")),
         ("png interlaced", _encoded(rgb, "PNG", interlace=1)),
-        ("png 16-bit gray", _encoded(PILImage.fromarray((_pixels(8, 8, 1, 4)[:, :, 0].astype(np.uint16) * 257)), "PNG")),
+        (
+            "png 16-bit gray",
+            _encoded(PILImage.fromarray(_pixels(8, 8, 1, 4)[:, :, 0].astype(np.uint16) * 257), "PNG"),
+        ),
         ("gif", _encoded(rgb.convert("P"), "GIF")),
         ("webp", _encoded(rgb, "WEBP", lossless=True)),
     ]
     for quality in (50, 95):
         for subsampling in (0, 1, 2):  # 4:4:4, 4:2:2, 4:2:0
-            cases.append((f"jpeg q{quality} s{subsampling}", _encoded(rgb, "JPEG", quality=quality, subsampling=subsampling)))
+            cases.append(
+                (f"jpeg q{quality} s{subsampling}", _encoded(rgb, "JPEG", quality=quality, subsampling=subsampling))
+            )
     cases.append(("jpeg gray", _encoded(gray, "JPEG", quality=80)))
     cases.append(("jpeg progressive", _encoded(rgb, "JPEG", quality=85, progressive=True)))
     cases.append(("jpeg cmyk", _encoded(rgb.convert("CMYK"), "JPEG", quality=90)))

@@ -83,7 +83,9 @@ def test_read_relabel_upsert_keeps_the_stored_bytes(kind: str, make_store: Calla
 
 def test_pixels_edited_in_place_are_stored_as_they_now_are(make_store: Callable[..., litstore.Store]) -> None:
     store = make_store(key="id")
-    store.append([{"id": "a", "image": litdata.Image(bytes=_file("PNG"))}, {"id": "b", "tiff": litdata.Tiff(array=_pixels())}])
+    store.append(
+        [{"id": "a", "image": litdata.Image(bytes=_file("PNG"))}, {"id": "b", "tiff": litdata.Tiff(array=_pixels())}]
+    )
     record = store["a"]
     record["image"][0, 0, 0] = 255 - int(record["image"][0, 0, 0])
     tiff = store["b"]

@@ -298,7 +298,9 @@ def test_ray_keeps_media_bytes(make_store: Callable[..., litstore.Store]) -> Non
         return buffer.getvalue()
 
     source = make_store(key="id")
-    source.append([{"id": f"k{index}", "image": litdata.Image(bytes=png(index)), "label": index} for index in range(20)])
+    source.append(
+        [{"id": f"k{index}", "image": litdata.Image(bytes=png(index)), "label": index} for index in range(20)]
+    )
     rows = litstore_ray.read(source).take_all()
     assert all(isinstance(row["image"], litstore.Media) for row in rows)
     target = make_store(key="id")

@@ -18,6 +18,7 @@ from __future__ import annotations
 import io
 import math
 import struct
+import sys
 from copy import copy
 from typing import Any
 
@@ -41,6 +42,10 @@ _SERIALIZER_FAILURES = (
 # The PIL modes whose RGB conversion is the one torchvision's decoders make (8 bits a sample).
 _PIL_RGB_MODES = frozenset({"1", "L", "LA", "RGB", "RGBA", "P", "PA"})
 _PNG = b"\x89PNG\r\n\x1a\n"
+
+#: Images this process decodes with PIL before it hands them to torchvision (see :func:`decode_image`).
+PIL_DECODES = 256
+_pil_decodes = 0
 
 
 def is_media(value: Any) -> bool:
@@ -101,26 +106,35 @@ def decode_image(data: bytes) -> torch.Tensor:
 
     PNG (8 bits a sample, one frame) and JPEG (gray or colour, without an EXIF
     orientation, which litdata applies through PIL itself) are decoded by PIL, whose
-    RGB conversion gives the tensor torchvision's decoders give; anything else is
-    decoded by litdata's own function, which imports torchvision.
+    RGB conversion gives the tensor torchvision's decoders give, so that a lookup
+    never pays torchvision's import (1-2 s, and hundreds of MiB). torchvision decodes
+    a 224x224 JPEG about 20% faster than PIL, so once torchvision is imported, or
+    after :data:`PIL_DECODES` images in this process (a stream, not a lookup), images
+    go to litdata's own decoder, as do all other images.
     """
-    if data.startswith(_PNG) and data[24:25] in (b"\x01", b"\x02", b"\x04", b"\x08"):
-        pixels = _pil_rgb(data)
-    elif data.startswith(b"\xff\xd8") and not _jpeg_has_exif_app1(data):
-        pixels = _pil_rgb(data)
-    else:
-        pixels = None
-    if pixels is None:
-        return _decode_image_tensor(data)
-    return torch.from_numpy(pixels).permute(2, 0, 1).contiguous()
+    global _pil_decodes
+    if _pil_decodes < PIL_DECODES and "torchvision" not in sys.modules:
+        if data.startswith(_PNG) and data[24:25] in (b"\x01", b"\x02", b"\x04", b"\x08"):
+            pixels = _pil_rgb(data)
+        elif data.startswith(b"\xff\xd8") and not _jpeg_has_exif_app1(data):
+            pixels = _pil_rgb(data)
+        else:
+            pixels = None
+        if pixels is not None:
+            _pil_decodes += 1
+            return torch.from_numpy(pixels)
+    decoded: torch.Tensor = _decode_image_tensor(data)
+    return decoded
 
 
 def _pil_rgb(data: bytes) -> np.ndarray | None:
-    """The RGB pixels of a one-frame image of an 8-bit mode, ``(height, width, 3)``; ``None`` for others."""
+    """The RGB pixels, channels first, of a one-frame image of an 8-bit mode; ``None`` for other images."""
     with PILImage.open(io.BytesIO(data)) as image:
         if image.mode not in _PIL_RGB_MODES or getattr(image, "n_frames", 1) != 1:
             return None
-        return np.array(image.convert("RGB"))  # writable: torch.from_numpy warns on a read-only array
+        rgb = image.convert("RGB")
+    # PIL's band split writes the planes in C; a permuted copy in torch took 10x longer on a busy machine.
+    return np.stack([np.asarray(band) for band in rgb.split()])
 
 
 def fingerprint(value: Any) -> Any:
@@ -132,12 +146,18 @@ def fingerprint(value: Any) -> Any:
     if isinstance(value, torch.Tensor):
         if value.layout is not torch.strided or value.device.type != "cpu":
             return None
-        flat = value.detach().contiguous().reshape(-1).view(torch.uint8).numpy() if value.numel() else b""
-        return ("tensor", str(value.dtype), tuple(value.shape), xxhash.xxh3_64_intdigest(flat))
+        try:
+            flat: Any = value.detach().numpy() if value.is_contiguous() else None
+        except TypeError:  # a dtype numpy lacks (bfloat16)
+            flat = None
+        if flat is None:
+            flat = value.detach().contiguous().reshape(-1).view(torch.uint8).numpy() if value.numel() else b""
+        return ("tensor", value.dtype, tuple(value.shape), xxhash.xxh3_64_intdigest(flat))
     if isinstance(value, np.ndarray):
         if value.dtype.hasobject:
             return None
-        return ("ndarray", value.dtype.str, value.shape, xxhash.xxh3_64_intdigest(np.ascontiguousarray(value)))
+        contiguous: Any = np.ascontiguousarray(value)
+        return ("ndarray", value.dtype.str, value.shape, xxhash.xxh3_64_intdigest(contiguous))
     if isinstance(value, PILImage.Image):
         return ("pil", value.mode, value.size, xxhash.xxh3_64_intdigest(value.tobytes()))
     return None

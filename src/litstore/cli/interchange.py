@@ -135,10 +135,14 @@ def json_object_hook(obj: dict[str, Any]) -> Any:
 def _media(described: Any) -> Media:
     """The :class:`Media` a ``$media`` marker describes, checked to decode."""
     if not isinstance(described, dict) or set(described) != {"format", "base64"}:
-        raise InvalidArgumentError(f"a {MEDIA_FIELD!r} object holds {{'format': ..., 'base64': ...}}, not {_brief(described)}")
+        raise InvalidArgumentError(
+            f"a {MEDIA_FIELD!r} object holds {{'format': ..., 'base64': ...}}, not {_brief(described)}"
+        )
     kind, encoded = described["format"], described["base64"]
     if not isinstance(kind, str) or not isinstance(encoded, str):
-        raise InvalidArgumentError(f"a {MEDIA_FIELD!r} object holds a format and base64 as strings, not {_brief(described)}")
+        raise InvalidArgumentError(
+            f"a {MEDIA_FIELD!r} object holds a format and base64 as strings, not {_brief(described)}"
+        )
     try:
         media = Media(kind, base64.b64decode(encoded, validate=True))
     except binascii.Error as exc:

@@ -29,6 +29,7 @@ Pure: imports neither litdata nor torch.
 
 from __future__ import annotations
 
+import functools
 import struct
 import threading
 import weakref
@@ -129,7 +130,7 @@ def remember(value: Any, media: Media, fingerprint: Fingerprint) -> Any:
         return value
     key = id(value)
     try:
-        ref = weakref.ref(value, lambda dead, key=key: _forget(key, dead))
+        ref = weakref.ref(value, functools.partial(_forget, key))
     except TypeError:
         return value
     _origins[key] = (ref, media, digest)
