@@ -7,7 +7,8 @@ it holds (the key field is always the first column, the others follow in name or
   a column mixing ints and floats becomes float64;
 - dicts become structs, lists and tuples become lists, numpy scalars keep their dtype;
 - numpy arrays (and torch tensors, converted to numpy) become a fixed-shape tensor
-  column (``pyarrow.FixedShapeTensorArray``) when every row of the column has the same shape and dtype, else nested lists of the dtype;
+  column (``pyarrow.FixedShapeTensorArray``) when every row of the column has the same
+  shape and dtype, else nested lists of the dtype;
 - media values (``litdata.Image`` and friends) keep their stored bytes: a column of
   them is a struct of ``format`` (litdata's data format, such as ``"image:png"``) and
   ``data`` (the bytes as stored: the PNG file), marked by the field metadata
