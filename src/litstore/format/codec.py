@@ -125,6 +125,9 @@ def decode_media(media: Media) -> Any:
     return stored_media.remember(_media_codec.decode(media.format, media.data), media, _fingerprint)
 
 
+stored_media._decoder = decode_media
+
+
 def _media_extension(media: Media) -> msgpack.ExtType:
     return msgpack.ExtType(_MEDIA, _pack([media.format, media.data]))
 

@@ -38,7 +38,13 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from litstore.errors import IntegrityError
+
 _T = TypeVar("_T")
+
+#: How a Media is decoded: :func:`litstore.format.codec.decode_media`, set when the codec is imported
+#: (this module is beneath the codec and never imports it).
+_decoder: Callable[[Media], Any] | None = None
 
 #: The fingerprint of a decoded value: ``None`` where it has none (it is then not remembered).
 Fingerprint = Callable[[Any], Hashable | None]
@@ -61,9 +67,9 @@ class Media:
         Raises:
             IntegrityError: the format is not one litstore decodes, or the bytes do not decode.
         """
-        from litstore.format import codec
-
-        return codec.decode_media(self)
+        if _decoder is None:
+            raise IntegrityError(f"a {self.format!r} media value, and no record codec is loaded to decode it")
+        return _decoder(self)
 
     def describe(self) -> str:
         """A short description read from the bytes' header, never decoded: ``<PNG 32x32, 412 bytes>``."""
