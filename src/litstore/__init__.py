@@ -36,6 +36,7 @@ from litstore.errors import (
     VersionNotFoundError,
 )
 from litstore.format.models import FieldSplit, HashSplit, StoreConfig, Tag, Version
+from litstore.format.stored_media import Media, encoded_media, keeping_media
 from litstore.ops.audit import AuditReport
 from litstore.ops.diff import Diff
 from litstore.ops.gc import GCReport
@@ -63,6 +64,7 @@ __all__ = [
     "KeyFieldError",
     "KeyNotFoundError",
     "LitstoreError",
+    "Media",
     "MissingDependencyError",
     "MissingFileError",
     "QueryError",
@@ -86,5 +88,7 @@ __all__ = [
     "VerifyReport",
     "Version",
     "VersionNotFoundError",
+    "encoded_media",
+    "keeping_media",
     "open",
 ]

@@ -6,9 +6,16 @@ it holds (the key field is always the first column, the others follow in name or
 - ``None``, bool, int, float, str and bytes become Arrow scalars (``bytes`` -> binary);
   a column mixing ints and floats becomes float64;
 - dicts become structs, lists and tuples become lists, numpy scalars keep their dtype;
-- numpy arrays (and torch tensors, converted to numpy; a stored ``litdata.Image`` is a
-  ``uint8`` tensor) become a fixed-shape tensor column (``pyarrow.FixedShapeTensorArray``)
-  when every row of the column has the same shape and dtype, else nested lists of the dtype;
+- numpy arrays (and torch tensors, converted to numpy) become a fixed-shape tensor
+  column (``pyarrow.FixedShapeTensorArray``) when every row of the column has the same
+  shape and dtype, else nested lists of the dtype;
+- media values (``litdata.Image`` and friends) keep their stored bytes: a column of
+  them is a struct of ``format`` (litdata's data format, such as ``"image:png"``) and
+  ``data`` (the bytes as stored: the PNG file), marked by the field metadata
+  ``{"litstore.media": "stored"}`` (:data:`MEDIA_METADATA`); records are read for
+  export with their media left encoded (:func:`litstore.keeping_media`), so nothing
+  is decoded, and :func:`media_rows` (which :func:`litstore.sources.parquet` uses)
+  gives the column back as :class:`~litstore.Media` values that store the same bytes;
 - a column Arrow cannot type (mixed types such as ints and strings, dicts with non-str
   keys, ints past 64 bits, lone surrogates, bfloat16 tensors, ...) falls back to
   **binary**: each value is its canonical litstore encoding (decode it with
@@ -48,6 +55,7 @@ import pyarrow as pa
 
 from litstore.errors import InvalidArgumentError, MissingDependencyError
 from litstore.format import codec
+from litstore.format.stored_media import Media, keeping_media
 
 if TYPE_CHECKING:
     import pandas
@@ -57,6 +65,12 @@ if TYPE_CHECKING:
 
 #: Field metadata marking a column whose values are canonical litstore encodings.
 ENCODING_METADATA = {b"litstore.encoding": b"msgpack"}
+
+#: Field metadata marking a column of media in their stored form (see the module docstring).
+MEDIA_METADATA = {b"litstore.media": b"stored"}
+
+#: The Arrow type of a media column: litdata's data format and the stored bytes.
+MEDIA_TYPE = pa.struct([pa.field("format", pa.string(), nullable=False), pa.field("data", pa.binary(), nullable=False)])
 
 #: Schema metadata naming the field each column of a non-str field name stands for (see the module docstring).
 FIELD_NAMES_METADATA = b"litstore.field_names"
@@ -84,7 +98,7 @@ def iter_batches(
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise InvalidArgumentError(f"batch_size must be a positive int, not {batch_size!r}")
     names = _selected(snapshot.config.key, columns)
-    return _batches(snapshot.values(), snapshot.config.key, names, batch_size)
+    return _batches(keeping_media(snapshot.values()), snapshot.config.key, names, batch_size)
 
 
 def to_arrow(snapshot: VersionReader, columns: Sequence[str] | None = None) -> pa.Table:
@@ -98,15 +112,17 @@ def to_arrow(snapshot: VersionReader, columns: Sequence[str] | None = None) -> p
     """
     key = snapshot.config.key
     names = _selected(key, columns)
-    batches = list(_batches(snapshot.values(), key, names, DEFAULT_BATCH_SIZE))
+    batches = list(_batches(keeping_media(snapshot.values()), key, names, DEFAULT_BATCH_SIZE))
     table = _concatenated(batches) if batches else _empty(snapshot, names)
     if table is None:
         # The batches typed or named a column differently: type and name it once from all its values.
         del batches
-        table = pa.Table.from_batches(list(_batches(snapshot.values(), key, names, max(len(snapshot), 1))))
+        table = pa.Table.from_batches(
+            list(_batches(keeping_media(snapshot.values()), key, names, max(len(snapshot), 1)))
+        )
     if names is not None:
         unseen = {name for name in names if table.column(name).null_count == len(table)}
-        for record in snapshot.values() if unseen else ():
+        for record in keeping_media(snapshot.values()) if unseen else ():
             unseen -= set(record)
             if not unseen:
                 break
@@ -164,6 +180,26 @@ def tensor_rows(column: pa.ChunkedArray | pa.Array) -> list[np.ndarray | None]:
     return rows
 
 
+def media_rows(column: pa.ChunkedArray | pa.Array) -> list[Media | None]:
+    """The rows of a media column (:data:`MEDIA_TYPE`) as :class:`~litstore.Media` values (``None`` where null)."""
+    chunks = column.chunks if isinstance(column, pa.ChunkedArray) else [column]
+    rows: list[Media | None] = []
+    for chunk in chunks:
+        valid = chunk.is_valid().to_pylist()
+        formats = chunk.field("format").to_pylist()
+        datas = chunk.field("data").to_pylist()
+        rows.extend(
+            Media(kind, data) if ok and kind is not None and data is not None else None
+            for kind, data, ok in zip(formats, datas, valid, strict=True)
+        )
+    return rows
+
+
+def is_media_field(field: pa.Field) -> bool:
+    """Whether ``field`` is a media column as this module writes it (its type and metadata)."""
+    return bool(field.metadata == MEDIA_METADATA and field.type == MEDIA_TYPE)
+
+
 def record_batch(records: Sequence[dict[Any, Any]], names: Sequence[Any]) -> pa.RecordBatch:
     """``records`` as one batch with a column for each field in ``names`` (a field a record lacks is null).
 
@@ -173,8 +209,8 @@ def record_batch(records: Sequence[dict[Any, Any]], names: Sequence[Any]) -> pa.
     fields, arrays = [], []
     columns = _column_names(names)
     for name, column in zip(names, columns, strict=True):
-        array, encoded = _column([record.get(name) for record in records])
-        fields.append(pa.field(column, array.type, metadata=ENCODING_METADATA if encoded else None))
+        array, metadata = _column([record.get(name) for record in records])
+        fields.append(pa.field(column, array.type, metadata=metadata))
         arrays.append(array)
     renamed = {column: name for name, column in zip(names, columns, strict=True) if not isinstance(name, str)}
     return pa.RecordBatch.from_arrays(arrays, schema=pa.schema(fields, metadata=_names_metadata(renamed)))
@@ -321,20 +357,23 @@ def _empty(snapshot: VersionReader, names: list[str] | None) -> pa.Table:
     return pa.schema(fields).empty_table()
 
 
-def _column(values: list[Any]) -> tuple[pa.Array, bool]:
-    """One column as an Arrow array, and whether it fell back to canonical encodings."""
+def _column(values: list[Any]) -> tuple[pa.Array, dict[bytes, bytes] | None]:
+    """One column as an Arrow array, and its field metadata (media, or a fall back to canonical encodings)."""
     converted = [_numpy(value) for value in values]
     present = [value for value in converted if value is not None]
+    if present and all(type(value) is Media for value in present):
+        media = [None if value is None else {"format": value.format, "data": value.data} for value in values]
+        return pa.array(media, type=MEDIA_TYPE), MEDIA_METADATA
     if present and all(isinstance(value, np.ndarray) and value.ndim for value in present):
         arrays = _array_column(converted, present)
         if arrays is not None:
-            return arrays, False
+            return arrays, None
     if _mixed(present):
-        return _encoded(values), True
+        return _encoded(values), ENCODING_METADATA
     try:
-        return pa.array([_plain(value) for value in converted]), False
+        return pa.array([_plain(value) for value in converted]), None
     except _ARROW_FAILURES:
-        return _encoded(values), True
+        return _encoded(values), ENCODING_METADATA
 
 
 def _array_column(values: list[Any], present: list[np.ndarray]) -> pa.Array | None:

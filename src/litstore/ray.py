@@ -14,7 +14,10 @@ write failed is left to ``gc`` (nothing references it).
 head) is resolved to a number once, on the driver, and every read task reads exactly
 that version: its chunks are split into groups of about equal size, one read task
 per group, and every record is checked against the content hash the manifest lists
-before it is handed to Ray (as pyarrow tables; numpy arrays become Ray tensor columns),
+before it is handed to Ray (as pyarrow tables; numpy arrays become Ray tensor columns,
+media values (``litdata.Image``, ...) stay in their stored form as
+:class:`litstore.Media` objects, which :func:`write` stores as the same bytes and
+``media.decode()`` decodes),
 by the version's :class:`~litstore.read.checked.RecordCheck` as on every read path: a
 damaged record fails the task with :class:`~litstore.errors.DamagedRecordError`.
 
@@ -61,6 +64,7 @@ except ImportError as exc:  # pragma: no cover - only without the extra
 from litstore import txn
 from litstore.errors import InvalidArgumentError, LitstoreError, SplitError, UncertainCommitError
 from litstore.format.models import Version, check_message
+from litstore.format.stored_media import encoded_media
 from litstore.read.keyindex import content_matrix
 from litstore.snapshot import VersionRef
 from litstore.store import Store
@@ -328,7 +332,8 @@ class _GroupReader:
         for piece in self.pieces:
             for start in range(0, len(piece.rows), _BLOCK_ROWS):
                 rows, expected = piece.rows[start : start + _BLOCK_ROWS], piece.contents[start : start + _BLOCK_ROWS]
-                records = check.records(piece.chunk, rows, cache.payloads(piece.chunk, rows), expected)
+                with encoded_media():  # media pass through Ray as litstore.Media: written back as their bytes
+                    records = check.records(piece.chunk, rows, cache.payloads(piece.chunk, rows), expected)
                 yield _table(records, self.columns)
 
 

@@ -55,7 +55,7 @@ from litstore.errors import (
     MissingFileError,
     UnsupportedValueError,
 )
-from litstore.export import tensor_rows
+from litstore.export import is_media_field, media_rows, tensor_rows
 
 Record = dict[str, Any]
 PathLike = str | os.PathLike[str]
@@ -344,7 +344,7 @@ def _parquet_records(dataset: Any, batch_size: int) -> Iterator[Record]:
                 batch = next(batches, None)
                 if batch is None:
                     break
-                columns = {name: _python_values(batch.column(name)) for name in batch.schema.names}
+                columns = {field.name: _python_values(batch.column(field.name), field) for field in batch.schema}
             except (pa.ArrowException, OSError, ValueError, TypeError) as exc:
                 where = f"{fragment.path}, rows from {first} on (counting from 0)"
                 raise InvalidRecordError(f"{where}: cannot be read as Parquet: {exc}", [(first, None)]) from None
@@ -353,9 +353,11 @@ def _parquet_records(dataset: Any, batch_size: int) -> Iterator[Record]:
             first += batch.num_rows
 
 
-def _python_values(column: pa.Array) -> list[Any]:
-    """A Parquet column's values as litstore can store them."""
+def _python_values(column: pa.Array, field: pa.Field) -> list[Any]:
+    """A Parquet column's values as litstore can store them (a media column as the ``Media`` it holds)."""
     kind = column.type
+    if is_media_field(field):
+        return _decodable(media_rows(column))
     if isinstance(kind, pa.FixedShapeTensorType):
         return tensor_rows(column)  # type: ignore[return-value]
     if pa.types.is_timestamp(kind) or pa.types.is_duration(kind) or pa.types.is_date64(kind):
@@ -363,6 +365,17 @@ def _python_values(column: pa.Array) -> list[Any]:
         valid = column.is_valid().to_numpy(zero_copy_only=False)
         return [value if ok else None for value, ok in zip(values, valid, strict=True)]
     return list(column.to_pylist())
+
+
+def _decodable(rows: list[Any]) -> list[Any]:
+    """``rows`` of media, once each decodes as every read of the store will decode it (else ValueError)."""
+    for media in rows:
+        if media is not None:
+            try:
+                media.decode()
+            except IntegrityError as exc:
+                raise ValueError(f"a {media.format!r} media value does not decode: {exc}") from None
+    return rows
 
 
 def _litdata_records(layout: Any, chunks: list[tuple[Any, Path]]) -> Iterator[Record]:

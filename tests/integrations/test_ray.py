@@ -281,3 +281,30 @@ def test_ray_write_writes_sidecars(make_store: Callable[..., litstore.Store]) ->
     assert _assert_hashes_match_manifest(store) >= 4
     bins, sidecars = _chunk_files(store.root)
     assert bins == sidecars
+
+
+def test_ray_keeps_media_bytes(make_store: Callable[..., litstore.Store]) -> None:
+    """Records read from a store through Ray and written to another keep their media's stored bytes."""
+    import io
+
+    import litdata
+    import torch
+    from PIL import Image
+
+    def png(seed: int) -> bytes:
+        buffer = io.BytesIO()
+        pixels = np.random.default_rng(seed).integers(0, 255, (8, 8, 3)).astype(np.uint8)
+        Image.fromarray(pixels).save(buffer, format="PNG")
+        return buffer.getvalue()
+
+    source = make_store(key="id")
+    source.append(
+        [{"id": f"k{index}", "image": litdata.Image(bytes=png(index)), "label": index} for index in range(20)]
+    )
+    rows = litstore_ray.read(source).take_all()
+    assert all(isinstance(row["image"], litstore.Media) for row in rows)
+    target = make_store(key="id")
+    litstore_ray.write(litstore_ray.read(source), target)
+    hashes = [store.manifest().sort_by("key").column("content_hash") for store in (source, litstore.open(target.root))]
+    assert hashes[0].equals(hashes[1])
+    assert torch.equal(litstore.open(target.root)["k3"]["image"], source["k3"]["image"])

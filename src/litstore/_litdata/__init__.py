@@ -3,7 +3,7 @@
 - :mod:`.chunk`: the byte layout of a chunk file (numpy only; never imports litdata);
 - :mod:`.index`: litdata ``index.json`` documents (json only);
 - :mod:`.writer`: writing chunks with litdata's ``BinaryWriter``;
-- :mod:`.media`: litdata media values inside records;
+- :mod:`.media`: litdata media values inside records (:mod:`.formats`: which are decoded);
 - :mod:`.folder`: reading a stranger's LitData-optimized folder without litdata's reader;
 - :mod:`.downloader`: plain-http S3 downloads for litdata's streaming.
 
@@ -16,8 +16,10 @@ package changes, and ``tests/_litdata/test_litdata_facts.py`` says where.
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
+from litstore.errors import UnsupportedValueError
 from litstore.format import codec
 
 
@@ -48,6 +50,21 @@ class _Media:
         from litstore._litdata import media
 
         return media.decode_media(data_format, data)
+
+    def check(self, data_format: str, path: str) -> None:
+        from litstore._litdata import formats
+
+        if formats.serializer_name(data_format) is None:
+            raise UnsupportedValueError(
+                path, data_format, f"media of format {data_format!r} are never decoded by litstore"
+            )
+
+    def fingerprint(self, value: Any) -> Any:
+        if "litstore._litdata.media" not in sys.modules:
+            return None  # nothing was decoded yet, so nothing is remembered
+        from litstore._litdata import media
+
+        return media.fingerprint(value)
 
 
 codec.install_media_codec(_Media())

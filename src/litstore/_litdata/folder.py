@@ -6,7 +6,7 @@ it runs whatever the folder's author chose. This module reads such a folder itse
 
 - :func:`read_layout` reads ``index.json`` and refuses, before a byte of any chunk is
   read, a folder whose ``data_format`` names a serializer outside
-  :data:`~litstore._litdata.media.MEDIA_FORMATS` (``graph``, ...) other than ``json``
+  :data:`~litstore._litdata.formats.MEDIA_FORMATS` (``graph``, ...) other than ``json``
   and ``pickle``, or that litstore cannot read without litdata (compressed or
   encrypted chunks, another item loader, MDS shards). litdata stores a ``None`` leaf
   with ``pickle``, so a ``pickle`` leaf is read only if its bytes are exactly a pickled
@@ -37,7 +37,8 @@ import numpy as np
 import pyarrow as pa
 
 from litstore._litdata.chunk import ITEM_HEADER
-from litstore._litdata.media import MEDIA_FORMATS, decode_media
+from litstore._litdata.formats import MEDIA_FORMATS
+from litstore._litdata.media import decode_media
 from litstore.errors import IntegrityError, InvalidArgumentError, InvalidRecordError
 
 #: What ends a chunk whose rows litdata also (or only) wrote as an Arrow IPC table.

@@ -156,7 +156,9 @@ def _field(name: Any) -> Text:
 
 
 def _summary(value: Any, limit: int = 80) -> str:
-    """A short readable form: bytes and arrays by size and type, long values cut."""
+    """A short readable form: bytes and arrays by size and type, media from their headers, long values cut."""
+    if isinstance(value, litstore.Media):
+        return value.describe()
     if isinstance(value, (bytes, bytearray, memoryview)):
         data = bytes(value)
         return f"<{len(data)} bytes: {data[:8].hex()}{'…' if len(data) > 8 else ''}>"
@@ -355,9 +357,11 @@ def get(
     storage_option: StorageOpts = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Print one record (JSON: bytes as {"$base64": ...}, arrays as lists)."""
+    """Print one record (JSON: bytes as {"$base64": ...}, media as {"$media": ...}, arrays as lists)."""
     store = _open(root, endpoint_url, storage_option)
-    record = _snapshot(store, version)[_key(store, key)]
+    snapshot = _snapshot(store, version)
+    with litstore.encoded_media():  # media are shown from their headers, never decoded
+        record = snapshot[_key(store, key)]
     if as_json:
         _print_json(interchange.to_json(record))
         return
@@ -698,7 +702,8 @@ def export(
     try:
         if kind == "jsonl":
             key_field = snapshot.config.key
-            records = (record for record in snapshot.values() if keys is None or record[key_field] in keys)
+            stored = litstore.keeping_media(snapshot.values())
+            records = (record for record in stored if keys is None or record[key_field] in keys)
             shown = tqdm(records, total=total, desc="exporting", unit="record", disable=not progress, file=sys.stderr)
             interchange.write_jsonl(partial, shown)
         else:

@@ -5,13 +5,18 @@ kinds of marker objects, each an object with one key, and the ``json.loads`` obj
 :func:`json_object_hook` reads them back:
 
 - ``{"$base64": "<standard base64>"}`` is a bytes value;
+- ``{"$media": {"format": "image:png", "base64": "<standard base64>"}}`` is a media
+  value (``litdata.Image``, ...) in its stored form: litdata's data format and the
+  stored bytes (the PNG file), read back as a :class:`litstore.Media` that stores the
+  same bytes (checked to decode, as every read will decode it);
 - ``{"$map": [[key, value], ...]}`` is a dict written as its items: a dict with a key
   that is not a str (``{1: "a", "1": "b"}`` stays two entries; ``None``, float, bool and
-  bytes keys keep their type), and a dict whose only key is ``"$base64"`` or ``"$map"``
-  (so a stored ``{"$base64": "aGk="}`` comes back a dict, not bytes).
+  bytes keys keep their type), and a dict whose only key is ``"$base64"``, ``"$media"``
+  or ``"$map"`` (so a stored ``{"$base64": "aGk="}`` comes back a dict, not bytes).
 
-Any object whose only key is ``"$base64"`` or ``"$map"`` is a marker, and one of the
-wrong shape is refused. numpy arrays, numpy scalars and torch tensors become nested lists
+Any object whose only key is ``"$base64"``, ``"$media"`` or ``"$map"`` is a marker, and
+one of the wrong shape is refused. Records are exported with their media left encoded
+(:func:`litstore.keeping_media`): nothing is decoded. numpy arrays, numpy scalars and torch tensors become nested lists
 and Python scalars (their dtype and shape are not kept), tuples become lists. A record
 made of JSON values, bytes and dicts with any keys therefore survives export and import
 unchanged. Parquet files are written and read by the library (:meth:`Snapshot.to_arrow`,
@@ -39,16 +44,20 @@ import pyarrow.parquet as pq
 
 from litstore import export, sources
 from litstore.cli import display
-from litstore.errors import InvalidArgumentError, UnsupportedValueError
+from litstore.errors import IntegrityError, InvalidArgumentError, UnsupportedValueError
+from litstore.format.stored_media import Media
 from litstore.snapshot import Key, Snapshot
 
 #: The JSON object that stands for a bytes value: ``{"$base64": "<standard base64>"}``.
 BASE64_FIELD = "$base64"
 
+#: The JSON object that stands for a media value: ``{"$media": {"format": ..., "base64": ...}}``.
+MEDIA_FIELD = "$media"
+
 #: The JSON object that stands for a dict by its items: ``{"$map": [[key, value], ...]}``.
 MAP_FIELD = "$map"
 
-_MARKERS = frozenset({BASE64_FIELD, MAP_FIELD})
+_MARKERS = frozenset({BASE64_FIELD, MEDIA_FIELD, MAP_FIELD})
 
 
 def to_plain(value: Any, *, json_form: bool = False, path: str = "") -> Any:
@@ -65,6 +74,10 @@ def to_plain(value: Any, *, json_form: bool = False, path: str = "") -> Any:
         return value
     if isinstance(value, (bytes, bytearray, memoryview)):
         return bytes_to_json(bytes(value)) if json_form else bytes(value)
+    if type(value) is Media:
+        if not json_form:
+            raise UnsupportedValueError(path, value, "media values have no plain form; use the JSON form")
+        return {MEDIA_FIELD: {"format": value.format, "base64": base64.b64encode(value.data).decode("ascii")}}
     if isinstance(value, dict):
         plain = {k: to_plain(v, json_form=json_form, path=f"{path}.{k}" if path else str(k)) for k, v in value.items()}
         if json_form and (not _all_str(plain) or (len(plain) == 1 and plain.keys() <= _MARKERS)):
@@ -95,6 +108,8 @@ def json_object_hook(obj: dict[str, Any]) -> Any:
     """
     if len(obj) != 1 or not obj.keys() <= _MARKERS:
         return obj
+    if MEDIA_FIELD in obj:
+        return _media(obj[MEDIA_FIELD])
     if BASE64_FIELD in obj:
         encoded = obj[BASE64_FIELD]
         if not isinstance(encoded, str):
@@ -115,6 +130,28 @@ def json_object_hook(obj: dict[str, Any]) -> Any:
             raise InvalidArgumentError(f"a {MAP_FIELD!r} key cannot be a list or an object: {_brief(key)}") from None
         mapping[key] = value
     return mapping
+
+
+def _media(described: Any) -> Media:
+    """The :class:`Media` a ``$media`` marker describes, checked to decode."""
+    if not isinstance(described, dict) or set(described) != {"format", "base64"}:
+        raise InvalidArgumentError(
+            f"a {MEDIA_FIELD!r} object holds {{'format': ..., 'base64': ...}}, not {_brief(described)}"
+        )
+    kind, encoded = described["format"], described["base64"]
+    if not isinstance(kind, str) or not isinstance(encoded, str):
+        raise InvalidArgumentError(
+            f"a {MEDIA_FIELD!r} object holds a format and base64 as strings, not {_brief(described)}"
+        )
+    try:
+        media = Media(kind, base64.b64decode(encoded, validate=True))
+    except binascii.Error as exc:
+        raise InvalidArgumentError(f"invalid base64 in a {MEDIA_FIELD!r} value: {exc}") from None
+    try:
+        media.decode()
+    except IntegrityError as exc:
+        raise InvalidArgumentError(f"a {kind!r} media value does not decode, so no read could use it: {exc}") from None
+    return media
 
 
 def _brief(value: Any) -> str:
@@ -140,7 +177,11 @@ def file_kind(path: Path) -> str:
 
 
 def write_jsonl(path: Path, records: Iterator[dict[Any, Any]]) -> None:
-    """Write one JSON object a line (see :func:`to_json`; control characters as ``\\uXXXX`` escapes)."""
+    """Write one JSON object a line (see :func:`to_json`; control characters as ``\\uXXXX`` escapes).
+
+    Read ``records`` with their media left encoded (:func:`litstore.keeping_media`) to
+    export them as ``$media`` markers.
+    """
     with path.open("w", encoding="utf-8") as stream:
         for record in records:
             stream.write(display.json_text(to_json(record)) + "\n")

@@ -17,6 +17,10 @@ same record always gives the same bytes and therefore the same content hash:
   value as a format name and bytes and knows nothing else about it: the
   :class:`MediaCodec` that does is installed by :mod:`litstore._litdata` when it is
   imported (``import litstore`` does), so the record format never imports litdata.
+  A decoded media value remembers its stored bytes and is written back as them while
+  it is unchanged, and a :class:`~litstore.format.stored_media.Media` (media in their
+  stored form, as :func:`~litstore.format.stored_media.keeping_media` reads them) is
+  written as exactly its bytes (see :mod:`litstore.format.stored_media`).
 
 Anything else raises :class:`UnsupportedValueError` naming the value's path, and so
 does a record nested more than :data:`MAX_DEPTH` containers deep (a record that
@@ -42,6 +46,8 @@ import msgpack
 import numpy as np
 
 from litstore.errors import IntegrityError, UnsupportedValueError
+from litstore.format import stored_media
+from litstore.format.stored_media import Media
 
 _TUPLE = 1
 _NDARRAY = 2
@@ -81,6 +87,16 @@ class MediaCodec(Protocol):
             IntegrityError: the format is not one that is decoded, or the bytes do not decode.
         """
 
+    def check(self, data_format: str, path: str) -> None:
+        """Refuse to store media of ``data_format`` unless reads decode it.
+
+        Raises:
+            UnsupportedValueError: the format is not one that is decoded (``path`` names the value).
+        """
+
+    def fingerprint(self, value: Any) -> Any:
+        """What tells a decoded media value changed in place (hashable), or ``None`` where nothing does."""
+
 
 _media_codec: MediaCodec | None = None
 
@@ -92,6 +108,28 @@ def install_media_codec(media: MediaCodec) -> None:
     """
     global _media_codec
     _media_codec = media
+
+
+def _fingerprint(value: Any) -> Any:
+    return _media_codec.fingerprint(value) if _media_codec is not None else None
+
+
+def decode_media(media: Media) -> Any:
+    """The value ``media`` decodes to, as a read of a record holding it gives it (remembering ``media``).
+
+    Raises:
+        IntegrityError: the format is not one that is decoded, or the bytes do not decode.
+    """
+    if _media_codec is None:
+        raise IntegrityError(f"a {media.format!r} media value, and no media codec is installed")
+    return stored_media.remember(_media_codec.decode(media.format, media.data), media, _fingerprint)
+
+
+stored_media._decoder = decode_media
+
+
+def _media_extension(media: Media) -> msgpack.ExtType:
+    return msgpack.ExtType(_MEDIA, _pack([media.format, media.data]))
 
 
 # Dict keys MessagePack reads back as they were written (hashable, same type).
@@ -133,6 +171,16 @@ def _canonical(value: Any, path: str, depth: int = 0) -> Any:
         _check_depth(value, path, depth)
         items = [_canonical(item, f"{path}[{index}]", depth + 1) for index, item in enumerate(value)]
         return msgpack.ExtType(_TUPLE, _pack(items))
+    if kind is Media:
+        if type(value.format) is not str or type(value.data) is not bytes:
+            raise UnsupportedValueError(path, value, "a Media value holds a str format and bytes")
+        if _media_codec is None:
+            raise UnsupportedValueError(path, value, "no media codec is installed")
+        _media_codec.check(value.format, path)
+        return _media_extension(value)
+    origin = stored_media.recall(value, _fingerprint)  # a decoded media value, unchanged since
+    if origin is not None:
+        return _media_extension(origin)
     if isinstance(value, np.ndarray):
         _check_dtype(value.dtype, value, path)
         body = [value.dtype.str, list(value.shape), np.ascontiguousarray(value).tobytes()]
@@ -269,9 +317,11 @@ def _ext_hook(code: int, data: bytes) -> Any:
         data_format, raw = _body(data, 2)
         if type(data_format) is not str or type(raw) is not bytes:
             raise ValueError("a media value whose format or bytes have the wrong type")
+        if stored_media.media_left_encoded():
+            return Media(data_format, raw)
         if _media_codec is None:
             raise ValueError(f"a {data_format!r} media value, and no media codec is installed")
-        return _media_codec.decode(data_format, raw)
+        return stored_media.remember(_media_codec.decode(data_format, raw), Media(data_format, raw), _fingerprint)
     raise ValueError(f"unknown extension type {code} in stored record")
 
 
