@@ -281,3 +281,18 @@ def test_ray_write_writes_sidecars(make_store: Callable[..., litstore.Store]) ->
     assert _assert_hashes_match_manifest(store) >= 4
     bins, sidecars = _chunk_files(store.root)
     assert bins == sidecars
+
+
+def test_a_write_is_quiet_unless_verbose(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    import logging
+
+    store = _store(tmp_path / "quiet")
+    logger = logging.getLogger("ray.data")
+    level = logger.level
+    capfd.readouterr()
+    litstore_ray.write(_dataset(count=200), store)
+    quiet = "".join(capfd.readouterr())
+    litstore_ray.write(_dataset(rev=1, count=200), store, mode="upsert", verbose=True)
+    loud = "".join(capfd.readouterr())
+    assert "INFO" not in quiet and "INFO" in loud
+    assert logger.level == level and store.version.number == 2
