@@ -283,16 +283,27 @@ def test_ray_write_writes_sidecars(make_store: Callable[..., litstore.Store]) ->
     assert bins == sidecars
 
 
-def test_a_write_is_quiet_unless_verbose(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+def test_a_write_is_quiet_unless_verbose(tmp_path: Path) -> None:
     import logging
 
+    class Collected(logging.Handler):
+        def __init__(self) -> None:
+            super().__init__(logging.DEBUG)
+            self.levels: list[int] = []
+
+        def emit(self, record: logging.LogRecord) -> None:
+            self.levels.append(record.levelno)
+
     store = _store(tmp_path / "quiet")
-    logger = logging.getLogger("ray.data")
-    level = logger.level
-    capfd.readouterr()
-    litstore_ray.write(_dataset(count=200), store)
-    quiet = "".join(capfd.readouterr())
-    litstore_ray.write(_dataset(rev=1, count=200), store, mode="upsert", verbose=True)
-    loud = "".join(capfd.readouterr())
-    assert "INFO" not in quiet and "INFO" in loud
+    logger = logging.getLogger("ray.data")  # where every Ray Data logger's records go
+    level, collected = logger.level, Collected()
+    logger.addHandler(collected)
+    try:
+        litstore_ray.write(_dataset(count=200), store)
+        quiet = [found for found in collected.levels if found == logging.INFO]
+        litstore_ray.write(_dataset(rev=1, count=200), store, mode="upsert", verbose=True)
+        loud = [found for found in collected.levels if found == logging.INFO]
+    finally:
+        logger.removeHandler(collected)
+    assert not quiet and loud
     assert logger.level == level and store.version.number == 2
