@@ -42,6 +42,8 @@ hold its records (format 4 leaves dead rows in place), and each worker reads its
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -83,8 +85,12 @@ def write(
     mode: Literal["append", "upsert"] = "append",
     storage_options: dict[str, Any] | None = None,
     message: str | None = None,
+    verbose: bool = False,
 ) -> Version:
     """Write every row of ``dataset`` into the store as one new version and return it.
+
+    Ray Data logs some forty INFO lines and draws progress bars for each execution;
+    while this writes they are off (warnings and errors still show) unless ``verbose``.
 
     Args:
         dataset: rows are records (a ``dict`` per row; tensor columns become numpy arrays).
@@ -107,7 +113,8 @@ def write(
     root, options = _locate(store, storage_options)
     sink = _StoreDatasink(root, options, mode, message)
     try:
-        dataset.write_datasink(sink)
+        with _quiet(not verbose):
+            dataset.write_datasink(sink)
     except (LitstoreError, RayError) as exc:  # a task's error arrives wrapped in a RayTaskError
         cause = _litstore_cause(exc)
         if cause is None:
@@ -140,10 +147,32 @@ def read(
     Raises:
         VersionNotFoundError: no such version or tag.
         SplitError: the store has no split ``split``.
+
+    The dataset runs when it is consumed, with Ray Data's logging as the caller has it
+    (``logging.getLogger("ray.data").setLevel(logging.WARNING)`` and
+    ``DataContext.get_current().enable_progress_bars = False`` quiet it).
     """
     source = _VersionDatasource(store, version, split, storage_options, columns)
     dataset: Dataset = ray.data.read_datasource(source)
     return dataset
+
+
+@contextlib.contextmanager
+def _quiet(quiet: bool) -> Iterator[None]:
+    """Ray Data's INFO logging and progress bars off for the duration (if ``quiet``), as they were after."""
+    if not quiet:
+        yield
+        return
+    logger = logging.getLogger("ray.data")  # Ray configures it (level DEBUG, its own handlers, no propagation)
+    context = ray.data.DataContext.get_current()
+    level, bars = logger.level, context.enable_progress_bars
+    logger.setLevel(max(logging.WARNING, level))
+    context.enable_progress_bars = False
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+        context.enable_progress_bars = bars
 
 
 # -- writing -----------------------------------------------------------------------

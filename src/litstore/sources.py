@@ -73,7 +73,12 @@ _OUTSIDE_HINT = "pass allow_outside=True if reading it is intended"
 
 
 def jsonl(
-    path: PathLike, *, image_fields: Sequence[str] = ("image",), key: str | None = None, allow_outside: bool = False
+    path: PathLike,
+    *,
+    image_fields: Sequence[str] = ("image",),
+    key: str | None = None,
+    allow_outside: bool = False,
+    object_hook: Callable[[dict[str, Any]], Any] | None = None,
 ) -> Iterator[Record]:
     """One record per line of a JSON Lines manifest (see :func:`json_objects`); blank lines are skipped.
 
@@ -87,6 +92,8 @@ def jsonl(
             ``None`` leaves records as they are (they must hold the store's key field).
         allow_outside: read image paths that are absolute, hold ``..`` or lead
             through a symlink out of the manifest's folder (refused otherwise).
+        object_hook: given to ``json.loads`` for every object of a line (see
+            :func:`json_objects`); the command line's ``import`` reads its markers so.
 
     Raises:
         MissingFileError: there is no file at ``path``.
@@ -99,7 +106,7 @@ def jsonl(
         raise InvalidArgumentError(f"{manifest} is a folder, not a JSON Lines manifest")
     if isinstance(image_fields, str):
         raise InvalidArgumentError(f"image_fields is a list of field names, not the string {image_fields!r}")
-    return _jsonl_records(manifest, tuple(image_fields), key, allow_outside)
+    return _jsonl_records(manifest, tuple(image_fields), key, allow_outside, object_hook)
 
 
 def json_objects(
@@ -280,10 +287,14 @@ def huggingface(dataset: Any, *, allow_outside: bool = False) -> Iterator[Record
 
 
 def _jsonl_records(
-    manifest: Path, image_fields: tuple[str, ...], key: str | None, allow_outside: bool
+    manifest: Path,
+    image_fields: tuple[str, ...],
+    key: str | None,
+    allow_outside: bool,
+    object_hook: Callable[[dict[str, Any]], Any] | None,
 ) -> Iterator[Record]:
     folder = manifest.parent
-    for number, record in json_objects(manifest):
+    for number, record in json_objects(manifest, object_hook=object_hook):
         for name in image_fields:
             value = record.get(name)
             if isinstance(value, str):

@@ -12,7 +12,7 @@ thread-safe; give each thread or process its own.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -77,7 +77,7 @@ class Store:
     Create one with :meth:`Store.create`, open one with :func:`litstore.open`.
 
     Writing (each call commits one new version and returns its :class:`Version`):
-        append(records), upsert(records), delete(keys), ingest(...), compact(), upgrade(),
+        append(records), upsert(records), update(changes), delete(keys | where=), ingest(...), compact(), upgrade(),
         stage(records) + commit(fragments); tags: ``store.tags``, tag(), delete_tag();
         gc() removes what no kept version needs.
 
@@ -379,24 +379,71 @@ class Store:
         runs = self._checked_runs(records, "upsert", progress, unchanged)
         return self._write(runs, "upsert", message, metadata, progress, unchanged)
 
+    def update(
+        self,
+        changes: Mapping[Any, Any],
+        *,
+        where: str | None = None,
+        message: str | None = None,
+        metadata: dict[str, Any] | None = None,
+        progress: bool = False,
+    ) -> Version:
+        """Set some top-level fields of existing records, as one new version; return it.
+
+        ``changes`` is ``{key: {field: value, ...}, ...}``; with ``where`` (a SQL condition
+        on the manifest's columns and declared fields, as :meth:`select` takes), it is
+        ``{field: value, ...}``, set on every record the condition selects. A field a
+        record lacks is added. Every other field keeps its stored bytes (media values are
+        not decoded and encoded again: see :mod:`litstore.txn.update`), so
+        ``diff(fields=True)`` names exactly the fields set. Conflicts as :meth:`upsert`
+        does: a rival that changed the same keys first makes it a ``ConflictError``.
+        Records that come out unchanged are not counted; if none changes, nothing is committed.
+
+        Raises:
+            KeyNotFoundError: some keys are not in the store (named); nothing was committed.
+            SchemaError, SplitError: a new value cannot be stored, does not fit a declared
+                field or the schema, or would move a record to another split.
+            InvalidArgumentError: ``changes`` is not of that shape, or sets the key field.
+            QueryError: DuckDB rejected ``where``.
+            ConflictError: another writer changed these records first; nothing was committed.
+        """
+        from litstore.txn import update
+
+        message, metadata = check_arguments("upsert", message, metadata)
+        self._require_model()
+        if where is None:
+            checked = update.check_changes(changes, self.config.key)
+        else:
+            values = update.check_values(changes, self.config.key)
+            checked = {key: values for key in self.select(where)} if values else {}
+        unchanged: list[Key] = []
+        runs = update.updated_runs(self._head.reader, checked, self._head.model, unchanged)
+        return self._write(runs, "upsert", message, metadata, progress, unchanged)
+
     def delete(
         self,
-        keys: Iterable[Key],
+        keys: Iterable[Key] | None = None,
         *,
+        where: str | None = None,
         missing_ok: bool = False,
         message: str | None = None,
         metadata: dict[str, Any] | None = None,
         progress: bool = False,
     ) -> Version:
-        """Remove ``keys`` as one new version and return it.
+        """Remove ``keys``, or the records whose manifest row matches ``where`` (see :meth:`select`), as one new
+        version and return it.
 
         Raises:
             KeyNotFoundError: some keys are not in the store (unless ``missing_ok``);
                 the error names them and the store is unchanged.
+            InvalidArgumentError: both or neither of ``keys`` and ``where`` were given.
+            QueryError: DuckDB rejected ``where``.
             ConflictError: another writer committed first; nothing was committed.
         """
         message, metadata = check_message(message), check_metadata(metadata)
-        change = txn.Delete(keys, missing_ok)
+        if (keys is None) == (where is None):
+            raise InvalidArgumentError("delete takes a list of keys or where= (a SQL condition), one of the two")
+        change = txn.Delete(self.select(where) if where is not None else keys or (), missing_ok)
         if not change.keys:
             return self.version
         self._head = self._wrap(

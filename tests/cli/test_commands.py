@@ -169,7 +169,7 @@ def test_local_store_end_to_end(tmp_path: Path) -> None:
     assert "fingerprint" in cli("show", root).stdout
 
     assert cli_json("get", root, "k036") == interchange.to_json(_record(36, label=9))
-    assert cli_json("get", root, "k036", "--version", "1") == interchange.to_json(_record(36))
+    assert cli_json("get", root, "k036", "--at", "1") == interchange.to_json(_record(36))
     assert "<1 bytes: 24>" in cli("get", root, "k036").stdout  # bytes summarised, not dumped
 
     changes = cli_json("diff", root, "1", "2")
@@ -179,12 +179,12 @@ def test_local_store_end_to_end(tmp_path: Path) -> None:
 
     rows = cli_json("sql", root, "SELECT split, count(*) AS n FROM manifest GROUP BY split ORDER BY split")
     assert {row["split"]: row["n"] for row in rows} == store.version.counts
-    assert cli_json("sql", root, "SELECT count(*) AS n FROM manifest", "--version", "1") == [{"n": 40}]
+    assert cli_json("sql", root, "SELECT count(*) AS n FROM manifest", "-V", "1") == [{"n": 40}]
 
     cli("tag", root, "release-1", "1")
     assert cli_json("tags", root) == {"release-1": 1}
     assert cli_json("show", root, "release-1")["number"] == 1
-    assert "already names version 1" in _error_line(cli("tag", root, "release-1", "2", code=2))
+    assert "already names version 1" in _error_line(cli("tag", root, "release-1", "--at", "2", code=2))
     cli("tag", root, "release-1", "2", "--move")
     assert cli_json("tags", root) == {"release-1": 2}
     cli("untag", root, "release-1")
@@ -198,7 +198,7 @@ def test_local_store_end_to_end(tmp_path: Path) -> None:
     assert not report["ok"] and any("unexpected keys" in line for line in report["problems"])
 
     exported = tmp_path / "v1.jsonl"
-    cli("export", root, exported, "--version", "1")
+    cli("export", root, exported, "--at", "1")
     assert _read_jsonl(exported) == _read_jsonl(source)  # the round trip gives back the input
     cli("export", root, tmp_path / "val.parquet", "--split", "val")
     val_keys = {row["key"] for row in store.manifest().to_pylist() if row["split"] == "val"}
@@ -328,19 +328,22 @@ def test_verify_num_workers_must_not_be_negative(tmp_path: Path) -> None:
     cli("verify", root, "--no-progress", "--num-workers", "-1", code=2)
 
 
-def test_user_errors_exit_2_with_one_line(tmp_path: Path) -> None:
+def test_errors_exit_with_their_kind_s_code_and_one_line(tmp_path: Path) -> None:
+    """2: usage; 3: not found (store, key, version, tag); 1: bad data (see the litstore.cli docstring)."""
     missing = tmp_path / "nowhere"
-    assert str(missing) in _error_line(cli("log", missing, code=2))
+    assert str(missing) in _error_line(cli("log", missing, code=3))
     root = tmp_path / "store"
     cli("create", root, "--key-type", "int")
-    assert "already holds a store" in _error_line(cli("create", root, code=2))
+    assert f"litstore import {root} FILE" in _error_line(cli("create", root, code=2))
     assert "integers" in _error_line(cli("get", root, "abc", code=2))
-    assert "is not in version 0" in _error_line(cli("get", root, "7", code=2))
-    assert "does not exist" in _error_line(cli("show", root, "9", code=2))
+    assert "is not in version 0" in _error_line(cli("get", root, "7", code=3))
+    assert "does not exist" in _error_line(cli("show", root, "--at", "9", code=3))
+    assert "no tag 'nope'" in _error_line(cli("untag", root, "nope", code=3))
     assert ".jsonl or .parquet" in _error_line(cli("export", root, tmp_path / "out.csv", code=2))
+    assert "No such option" in cli("log", root, "--bogus", code=2).stderr
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"id": 1}\nnot json\n')
-    assert "line 2" in _error_line(cli("import", root, bad, code=2))
+    assert "line 2" in _error_line(cli("import", root, bad, code=1))
     assert [v["number"] for v in cli_json("log", root)] == [0]  # nothing was committed
     assert "duration" in _error_line(cli("gc", root, "--older-than", "soon", code=2))
 
@@ -378,4 +381,4 @@ def test_s3_store_end_to_end(s3_endpoint: str, s3_bucket: str, tmp_path: Path) -
     client.put_object(Bucket=s3_bucket, Key=name, Body=bytes(data))
     assert cli_json("verify", url, *endpoint, "--no-progress", code=1)["ok"] is False
 
-    assert "no litstore store" in _error_line(cli("log", f"s3://{s3_bucket}/elsewhere", *endpoint, code=2))
+    assert "no litstore store" in _error_line(cli("log", f"s3://{s3_bucket}/elsewhere", *endpoint, code=3))

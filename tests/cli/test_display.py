@@ -135,12 +135,12 @@ def test_get_json_escapes_what_json_dumps_leaves_raw(root: Path) -> None:
 
 
 def test_sql(root: Path) -> None:
-    result = run("sql", root, 'SELECT key AS "[red]k\x1b]0;x\x07", split FROM manifest ORDER BY key', "--version", "1")
+    result = run("sql", root, 'SELECT key AS "[red]k\x1b]0;x\x07", split FROM manifest ORDER BY key', "--at", "1")
     assert result.code == 0
     assert_safe(result.stdout)
     assert_shows(result.stdout, KEY)
     assert "[red]k" in result.stdout
-    keys = {row["key"] for row in json.loads(run("sql", root, "SELECT key FROM manifest", "--json", "-v", "1").stdout)}
+    keys = {row["key"] for row in json.loads(run("sql", root, "SELECT key FROM manifest", "--json", "-V", "1").stdout)}
     assert keys == {KEY, "plain"}
 
 
@@ -178,7 +178,7 @@ def test_an_error_line_quoting_hostile_text_is_escaped(root: Path, tmp_path: Pat
     assert_safe(result.stderr)
     assert result.stderr.startswith("litstore: error: ") and "\\x1b]0;owned-title\\x07" in result.stderr
     missing = run("get", root, TEXT)
-    assert missing.code == 2
+    assert missing.code == 3  # not found
     assert_safe(missing.stderr)
 
 

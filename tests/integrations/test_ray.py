@@ -308,3 +308,29 @@ def test_ray_keeps_media_bytes(make_store: Callable[..., litstore.Store]) -> Non
     hashes = [store.manifest().sort_by("key").column("content_hash") for store in (source, litstore.open(target.root))]
     assert hashes[0].equals(hashes[1])
     assert torch.equal(litstore.open(target.root)["k3"]["image"], source["k3"]["image"])
+
+
+def test_a_write_is_quiet_unless_verbose(tmp_path: Path) -> None:
+    import logging
+
+    class Collected(logging.Handler):
+        def __init__(self) -> None:
+            super().__init__(logging.DEBUG)
+            self.levels: list[int] = []
+
+        def emit(self, record: logging.LogRecord) -> None:
+            self.levels.append(record.levelno)
+
+    store = _store(tmp_path / "quiet")
+    logger = logging.getLogger("ray.data")  # where every Ray Data logger's records go
+    level, collected = logger.level, Collected()
+    logger.addHandler(collected)
+    try:
+        litstore_ray.write(_dataset(count=200), store)
+        quiet = [found for found in collected.levels if found == logging.INFO]
+        litstore_ray.write(_dataset(rev=1, count=200), store, mode="upsert", verbose=True)
+        loud = [found for found in collected.levels if found == logging.INFO]
+    finally:
+        logger.removeHandler(collected)
+    assert not quiet and loud
+    assert logger.level == level and store.version.number == 2

@@ -3,14 +3,23 @@
 ``litstore COMMAND ROOT ...`` where ``ROOT`` is a local directory or ``s3://bucket/prefix``
 (with ``--endpoint-url`` and ``--storage-option KEY=VALUE`` for boto3's client). People
 get rich tables; ``--json`` prints one JSON document on stdout for scripts. Progress bars
-go to stderr and are on by default (``--no-progress``).
+go to stderr when it is a terminal (``--progress`` / ``--no-progress`` to choose), so a
+log file never collects a bar's ``\r`` fragments.
 
-Exit codes: 0 success, 1 ``verify`` found problems, 2 an error (a one-line message on
-stderr: a bad argument, a missing store, damaged data, ...); never a traceback for those.
+Exit codes (:func:`main`; each error is one line on stderr, never a traceback):
 
-A ``VERSION`` argument is a version number (``3``), a tag name (``release-1``) or an ISO
-time (``2026-11-30T10:00:00``, UTC unless it says otherwise: the version current then).
-A tag whose name also reads as a time wins over the time.
+- 0: success;
+- 1: a check failed: ``verify`` or ``audit`` found problems, or the data given or read is
+  bad (a record refused, a missing image file named by a manifest line, damaged chunks);
+- 2: a usage error (a bad option or argument, bad SQL, a store that exists already) and
+  any other error (a conflict with another writer, storage failing);
+- 3: not found: a key, version, tag or store that is not there.
+
+Every command that reads a version takes ``--at VERSION`` (``-V``): a version number
+(``3``), a tag name (``release-1``) or an ISO time (``2026-11-30T10:00:00``, UTC unless it
+says otherwise: the version current then). A tag whose name also reads as a time wins
+over the time. (The older spellings, ``--version``/``-v`` and a positional ``VERSION``,
+still work, with a deprecation warning.) ``litstore --version`` prints litstore's version.
 
 Values in JSON: bytes become ``{"$base64": "..."}`` and a dict JSON cannot hold as an
 object (one with keys that are not str, or whose only key is ``"$base64"`` or ``"$map"``)
@@ -27,6 +36,7 @@ This package is the only importer of typer and rich: ``import litstore`` never l
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import sys
@@ -46,7 +56,16 @@ import litstore
 import litstore.export
 from litstore.cli import display, interchange
 from litstore.cli.display import shown, shown_lines
-from litstore.errors import InvalidArgumentError, LitstoreError
+from litstore.errors import (
+    IntegrityError,
+    InvalidArgumentError,
+    InvalidRecordError,
+    KeyNotFoundError,
+    LitstoreError,
+    StoreExistsError,
+    StoreNotFoundError,
+    VersionNotFoundError,
+)
 from litstore.format.models import FieldSplit, HashSplit, Version
 from litstore.snapshot import Key, Snapshot, VersionRef
 
@@ -98,8 +117,31 @@ StorageOpts = Annotated[
     typer.Option("--storage-option", "-o", help="KEY=VALUE for boto3's S3 client (repeatable); true/false are bools."),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout instead of tables.")]
-ProgressOpt = Annotated[bool, typer.Option("--progress/--no-progress", help="Show progress bars on stderr.")]
-VersionOpt = Annotated[str | None, typer.Option("--version", "-v", help="A version number, tag or ISO time.")]
+ProgressOpt = Annotated[
+    bool | None,
+    typer.Option("--progress/--no-progress", help="Show progress bars on stderr (default: when it is a terminal)."),
+]
+AtOpt = Annotated[
+    str | None, typer.Option("--at", "-V", help="The version to read: a number, tag or ISO time (default: latest).")
+]
+OldVersionOpt = Annotated[str | None, typer.Option("--version", "-v", hidden=True, help="Deprecated: use --at.")]
+OldVersionArg = Annotated[str | None, typer.Argument(hidden=True, help="Deprecated: use --at.", show_default=False)]
+YesOpt = Annotated[bool, typer.Option("--yes", "-y", help="Really do it; without it, only show what would happen.")]
+
+
+def _at(at: str | None, old: str | None, spelling: str) -> str | None:
+    """The ``--at`` version, or the one given in the deprecated ``spelling`` (with a warning)."""
+    if old is None:
+        return at
+    if at is not None:
+        raise InvalidArgumentError(f"give the version once, as --at VERSION (not also as {spelling})")
+    _warn(f"{spelling} is deprecated: use --at {old}")
+    return old
+
+
+def _progress(progress: bool | None) -> bool:
+    """Whether to show progress bars: as asked, else when stderr is a terminal."""
+    return sys.stderr.isatty() if progress is None else progress
 
 
 def _options(endpoint_url: str | None, storage_option: list[str] | None) -> dict[str, Any] | None:
@@ -230,8 +272,18 @@ def create(
     root: RootArg,
     key: Annotated[str, typer.Option(help="The record field that holds each record's key.")] = "id",
     splits: Annotated[str | None, typer.Option(help="Hash split fractions, e.g. train=0.9,val=0.1.")] = None,
-    split_field: Annotated[str | None, typer.Option(help="Take each record's split from this field.")] = None,
-    split_names: Annotated[str | None, typer.Option(help="With --split-field: allowed names, e.g. a,b.")] = None,
+    split_field: Annotated[
+        str | None, typer.Option("--splits-from", "--split-field", help="Take each record's split from this field.")
+    ] = None,
+    split_names: Annotated[str | None, typer.Option(help="With --splits-from: allowed names, e.g. a,b.")] = None,
+    field: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--field",
+            help="Declare a field NAME:TYPE (int, float, str or bool; TYPE? if it may be missing), repeatable: "
+            "its values go in the manifest, so sql and --where filter by it.",
+        ),
+    ] = None,
     key_type: Annotated[str, typer.Option(help="str or int.")] = "str",
     chunk_bytes: Annotated[int, typer.Option(help="Target size of a chunk file.")] = 64 * 1024 * 1024,
     endpoint_url: EndpointOpt = None,
@@ -240,7 +292,7 @@ def create(
 ) -> None:
     """Create an empty store (version 0)."""
     if splits is not None and split_field is not None:
-        raise InvalidArgumentError("give --splits or --split-field, not both")
+        raise InvalidArgumentError("give --splits or --splits-from, not both")
     rule: HashSplit | FieldSplit | None = None
     if splits is not None:
         rule = HashSplit(_fractions(splits))
@@ -249,18 +301,49 @@ def create(
         rule = FieldSplit(field=split_field, **names)
     if key_type not in ("str", "int"):
         raise InvalidArgumentError(f"--key-type must be str or int, got {key_type!r}")
-    store = litstore.Store.create(
-        root,
-        key=key,
-        splits=rule,
-        key_type=int if key_type == "int" else str,
-        chunk_bytes=chunk_bytes,
-        storage_options=_options(endpoint_url, storage_option),
-    )
+    try:
+        store = litstore.Store.create(
+            root,
+            key=key,
+            splits=rule,
+            key_type=int if key_type == "int" else str,
+            fields=_declared(field or []),
+            chunk_bytes=chunk_bytes,
+            storage_options=_options(endpoint_url, storage_option),
+        )
+    except StoreExistsError as exc:
+        if "already holds a store" not in str(exc):
+            raise
+        raise StoreExistsError(
+            f"{root} already holds a store: add records with `litstore import {root} FILE`, or create one in a "
+            "new directory"
+        ) from None
     if as_json:
-        _print_json({"root": store.root, "config": store.config.model_dump(mode="json")})
+        _print_json({"root": store.root, "config": store.config.model_dump(mode="json"), "fields": store.fields})
     else:
-        _say(f"created {store.root}: key {key!r} ({store.config.key_type}), splits {', '.join(store.splits)}")
+        declared = f", fields {', '.join(f'{n}:{t}' for n, t in store.fields.items())}" if store.fields else ""
+        _say(f"created {store.root}: key {key!r} ({store.config.key_type}), splits {', '.join(store.splits)}{declared}")
+
+
+#: ``--field NAME:TYPE`` type names, as the declared field types they stand for.
+_FIELD_TYPES = {"int": "int64", "float": "float64", "str": "string", "bool": "bool"}
+
+
+def _declared(specs: list[str]) -> dict[str, str] | None:
+    """``--field NAME:TYPE`` options as ``Store.create(fields=...)`` takes them."""
+    fields: dict[str, str] = {}
+    for spec in specs:
+        name, separator, type_name = spec.partition(":")
+        optional = type_name.endswith("?")
+        base = _FIELD_TYPES.get(type_name.removesuffix("?"), type_name.removesuffix("?"))
+        if not separator or not name or base not in _FIELD_TYPES.values():
+            raise InvalidArgumentError(
+                f"--field takes NAME:TYPE with TYPE int, float, str or bool (TYPE? if it may be missing), got {spec!r}"
+            )
+        if name in fields:
+            raise InvalidArgumentError(f"--field {name!r} is given twice")
+        fields[name] = base + ("?" if optional else "")
+    return fields or None
 
 
 def _fractions(text: str) -> dict[str, float]:
@@ -310,14 +393,15 @@ def log(
 @app.command()
 def show(
     root: RootArg,
-    version: Annotated[str | None, typer.Argument(help="A version number, tag or ISO time (default: latest).")] = None,
+    version: OldVersionArg = None,
+    at: AtOpt = None,
     endpoint_url: EndpointOpt = None,
     storage_option: StorageOpts = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Describe one version: records, chunks and bytes per split, fingerprint, message."""
     store = _open(root, endpoint_url, storage_option)
-    snapshot = _snapshot(store, version)
+    snapshot = _snapshot(store, _at(at, version, "the VERSION argument"))
     info = snapshot.version
     chunks = snapshot.chunks()
     splits = {
@@ -352,14 +436,15 @@ def show(
 def get(
     root: RootArg,
     key: Annotated[str, typer.Argument(help="The record's key.", show_default=False)],
-    version: VersionOpt = None,
+    at: AtOpt = None,
+    version: OldVersionOpt = None,
     endpoint_url: EndpointOpt = None,
     storage_option: StorageOpts = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Print one record (JSON: bytes as {"$base64": ...}, media as {"$media": ...}, arrays as lists)."""
     store = _open(root, endpoint_url, storage_option)
-    snapshot = _snapshot(store, version)
+    snapshot = _snapshot(store, _at(at, version, "--version"))
     with litstore.encoded_media():  # media are shown from their headers, never decoded
         record = snapshot[_key(store, key)]
     if as_json:
@@ -377,16 +462,21 @@ def diff(
     old: Annotated[str, typer.Argument(help="The older version.", show_default=False)],
     new: Annotated[str | None, typer.Argument(help="The newer version (default: latest).")] = None,
     examples: Annotated[int, typer.Option(help="Example keys shown for each kind of change.")] = 5,
+    fields: Annotated[
+        bool, typer.Option("--fields", help="Also name the fields that changed (reads the changed records).")
+    ] = False,
     endpoint_url: EndpointOpt = None,
     storage_option: StorageOpts = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """What changed between two versions: counts per split and example keys."""
+    """What changed between two versions: counts per split and example keys (and, with --fields, the fields)."""
     store = _open(root, endpoint_url, storage_option)
-    found = store.diff(version_ref(store, old), None if new is None else version_ref(store, new))
+    found = store.diff(version_ref(store, old), None if new is None else version_ref(store, new), fields=fields)
     if as_json:
         document: dict[str, Any] = {"old": found.old, "new": found.new, "counts": found.counts}
         document["splits"] = found.split_counts
+        if fields:
+            document["fields"] = {litstore.export.column_name(name): n for name, n in found.field_counts.items()}
         document["examples"] = {
             kind: table.column("key").slice(0, examples).to_pylist()
             for kind, table in (("added", found.added), ("removed", found.removed), ("changed", found.changed))
@@ -399,11 +489,12 @@ def diff(
 @app.command()
 def verify(
     root: RootArg,
-    version: Annotated[str | None, typer.Argument(help="A version number, tag or ISO time (default: latest).")] = None,
+    version: OldVersionArg = None,
+    at: AtOpt = None,
     expected_keys: Annotated[
         Path | None, typer.Option(help="A file of the keys the version must hold exactly, one per line.")
     ] = None,
-    progress: ProgressOpt = True,
+    progress: ProgressOpt = None,
     num_workers: Annotated[int, typer.Option(min=0, help="Processes that read and hash the chunks (0: this one).")] = 0,
     endpoint_url: EndpointOpt = None,
     storage_option: StorageOpts = None,
@@ -415,8 +506,12 @@ def verify(
     if expected_keys is not None:
         lines = _read_text(expected_keys).splitlines()
         keys = [_key(store, line.strip()) for line in lines if line.strip()]
+    version = _at(at, version, "the VERSION argument")
     report = store.verify(
-        None if version is None else version_ref(store, version), keys, progress=progress, num_workers=num_workers
+        None if version is None else version_ref(store, version),
+        keys,
+        progress=_progress(progress),
+        num_workers=num_workers,
     )
     if as_json:
         _print_json(
@@ -439,13 +534,15 @@ def verify(
 def sql(
     root: RootArg,
     query: Annotated[str, typer.Argument(help="DuckDB SQL over the table `manifest`.", show_default=False)],
-    version: VersionOpt = None,
+    at: AtOpt = None,
+    version: OldVersionOpt = None,
     endpoint_url: EndpointOpt = None,
     storage_option: StorageOpts = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Run DuckDB SQL over a version's manifest (one row per record: key, split, chunk, ...)."""
     store = _open(root, endpoint_url, storage_option)
+    version = _at(at, version, "--version")
     result = store.sql(query, None if version is None else version_ref(store, version))
     rows = result.to_pylist()
     if as_json:
@@ -461,7 +558,8 @@ def sql(
 def tag(
     root: RootArg,
     name: Annotated[str, typer.Argument(help="The tag name.", show_default=False)],
-    version: Annotated[str | None, typer.Argument(help="A version number, tag or ISO time (default: latest).")] = None,
+    version: OldVersionArg = None,
+    at: AtOpt = None,
     move: Annotated[bool, typer.Option(help="Point an existing tag at another version.")] = False,
     endpoint_url: EndpointOpt = None,
     storage_option: StorageOpts = None,
@@ -469,6 +567,7 @@ def tag(
 ) -> None:
     """Name a version."""
     store = _open(root, endpoint_url, storage_option)
+    version = _at(at, version, "the VERSION argument")
     created = store.tags.create(name, None if version is None else version_ref(store, version), move=move)
     if as_json:
         _print_json({"name": created.name, "version": created.version})
@@ -541,7 +640,7 @@ def gc(
             "a commit of one then fails with StagedFragmentExpiredError.",
         ),
     ] = False,
-    progress: ProgressOpt = True,
+    progress: ProgressOpt = None,
     endpoint_url: EndpointOpt = None,
     storage_option: StorageOpts = None,
     as_json: JsonOpt = False,
@@ -557,7 +656,7 @@ def gc(
         dry_run=not yes,
         grace=window,
         break_leases=break_leases,
-        progress=progress,
+        progress=_progress(progress),
     )
     if as_json:
         _print_json(asdict(report))
@@ -578,7 +677,7 @@ def compact(
     ] = 0.8,
     target_chunk_bytes: Annotated[int | None, typer.Option(help="Chunk size to aim for (default: the store's)")] = None,
     message: Annotated[str | None, typer.Option(help="The new version's message.")] = None,
-    progress: ProgressOpt = True,
+    progress: ProgressOpt = None,
     endpoint_url: EndpointOpt = None,
     storage_option: StorageOpts = None,
     as_json: JsonOpt = False,
@@ -589,7 +688,11 @@ def compact(
     before = store.version.number
     chunks_before = sum(len(chunks) for chunks in store.chunks().values())
     after = store.compact(
-        target_chunk_bytes=target_chunk_bytes, min_fill=min_fill, min_live=min_live, message=message, progress=progress
+        target_chunk_bytes=target_chunk_bytes,
+        min_fill=min_fill,
+        min_live=min_live,
+        message=message,
+        progress=_progress(progress),
     )
     chunks_after = sum(len(chunks) for chunks in store.chunks().values())
     if as_json:
@@ -617,7 +720,7 @@ def upgrade(
         ),
     ] = False,
     message: Annotated[str | None, typer.Option(help="The new version's message.")] = None,
-    progress: ProgressOpt = True,
+    progress: ProgressOpt = None,
     endpoint_url: EndpointOpt = None,
     storage_option: StorageOpts = None,
     as_json: JsonOpt = False,
@@ -637,7 +740,7 @@ def upgrade(
     """
     store = _open(root, endpoint_url, storage_option)
     format_before, before = store.config.format_version, store.version.number
-    after = store.upgrade(rebuild=rebuild, message=message, progress=progress)
+    after = store.upgrade(rebuild=rebuild, message=message, progress=_progress(progress))
     committed = after.number != before and after.operation == "upgrade"
     runs = len(after.key_runs)
     if as_json:
@@ -681,9 +784,10 @@ def _split_keys(snapshot: Snapshot, split: str | None) -> set[Key] | None:
 def export(
     root: RootArg,
     out: Annotated[Path, typer.Argument(help="OUT.jsonl or OUT.parquet.", show_default=False)],
-    version: VersionOpt = None,
+    at: AtOpt = None,
+    version: OldVersionOpt = None,
     split: Annotated[str | None, typer.Option(help="Only this split's records.")] = None,
-    progress: ProgressOpt = True,
+    progress: ProgressOpt = None,
     endpoint_url: EndpointOpt = None,
     storage_option: StorageOpts = None,
     as_json: JsonOpt = False,
@@ -695,7 +799,7 @@ def export(
     """
     kind = interchange.file_kind(out)
     store = _open(root, endpoint_url, storage_option)
-    snapshot = _snapshot(store, version)
+    snapshot = _snapshot(store, _at(at, version, "--version"))
     keys = _split_keys(snapshot, split)
     total = len(snapshot) if keys is None else len(keys)
     partial = out.with_name(out.name + ".partial")
@@ -704,7 +808,9 @@ def export(
             key_field = snapshot.config.key
             stored = litstore.keeping_media(snapshot.values())
             records = (record for record in stored if keys is None or record[key_field] in keys)
-            shown = tqdm(records, total=total, desc="exporting", unit="record", disable=not progress, file=sys.stderr)
+            shown = tqdm(
+                records, total=total, desc="exporting", unit="record", disable=not _progress(progress), file=sys.stderr
+            )
             interchange.write_jsonl(partial, shown)
         else:
             interchange.write_parquet(partial, snapshot, keys)
@@ -726,59 +832,273 @@ def _read_text(path: Path) -> str:
         raise InvalidArgumentError(f"cannot read {path}: {exc}") from None
 
 
+ImageFieldOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--image-field",
+        help="A JSONL field whose string values are image paths, relative to the file's folder (repeatable; "
+        "default: image). Each file is read, checked to decode and stored as LitData's image recipe stores it.",
+    ),
+]
+NoImagesOpt = Annotated[
+    bool, typer.Option("--no-image-paths", help="Keep every string as it is: resolve no image paths.")
+]
+AllowOutsideOpt = Annotated[
+    bool, typer.Option("--allow-outside", help="Also read image paths that lead out of the file's folder.")
+]
+
+
+def _write_file(
+    mode: str,
+    root: str,
+    source: Path,
+    image_field: list[str] | None,
+    no_image_paths: bool,
+    allow_outside: bool,
+    message: str | None,
+    progress: bool | None,
+    endpoint_url: str | None,
+    storage_option: list[str] | None,
+    as_json: bool,
+) -> None:
+    """``import`` and ``upsert``: commit the records of a JSONL or Parquet file, and say what was done."""
+    interchange.file_kind(source)
+    if not source.is_file():
+        raise InvalidArgumentError(f"cannot read {source}: no such file")
+    image_fields = () if no_image_paths else tuple(image_field or ["image"])
+    store = _open(root, endpoint_url, storage_option)
+    before = store.version.number
+    counted = _Counted(interchange.read_records(source, image_fields=image_fields, allow_outside=allow_outside))
+    write = store.upsert if mode == "upsert" else store.append
+    version = write(counted.counting(image_fields), message=message, progress=_progress(progress))
+    read = f"{counted.records} records" + (f", {counted.images} images" if image_fields else "")
+    if as_json:
+        document = _version_doc(version, []) | {"committed": version.number != before}
+        _print_json(document | {"read": {"records": counted.records, "images": counted.images}})
+    elif version.number == before:
+        _say(f"read {read} from {source}; nothing to commit: version {before} already holds these records")
+    else:
+        changes = f"+{version.added} ~{version.replaced} -{version.removed}"
+        _say(f"read {read} from {source}; version {version.number}: {changes}, {version.total} records")
+
+
+class _Counted:
+    """Records passed on to a write, counted: how many, and how many image files they hold."""
+
+    def __init__(self, records: Iterable[dict[Any, Any]]) -> None:
+        self._records = records
+        self.records = 0
+        self.images = 0
+
+    def counting(self, image_fields: tuple[str, ...]) -> Iterable[dict[Any, Any]]:
+        for record in self._records:
+            self.records += 1
+            self.images += sum(1 for name in image_fields if type(record.get(name)).__name__ == "Image")
+            yield record
+
+
 @app.command("import")
 def import_(
     root: RootArg,
     source: Annotated[Path, typer.Argument(help="SOURCE.jsonl or SOURCE.parquet.", show_default=False)],
     upsert: Annotated[bool, typer.Option(help="Replace records whose keys exist (default: refuse them).")] = False,
+    image_field: ImageFieldOpt = None,
+    no_image_paths: NoImagesOpt = False,
+    allow_outside: AllowOutsideOpt = False,
     message: Annotated[str | None, typer.Option(help="The new version's message.")] = None,
-    progress: ProgressOpt = True,
+    progress: ProgressOpt = None,
     endpoint_url: EndpointOpt = None,
     storage_option: StorageOpts = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Append (or upsert) the records of a JSONL or Parquet file as one new version."""
-    interchange.file_kind(source)
-    if not source.is_file():
-        raise InvalidArgumentError(f"cannot read {source}: no such file")
+    """Append the records of a JSONL manifest or Parquet file as one new version (see `litstore upsert`).
+
+    In JSONL, the string value of an image field (`image` unless --image-field says
+    otherwise) is the path of an image file relative to the manifest's folder, as in
+    LitData's image recipe: the file is read, checked to decode, and stored. A path that
+    names no file, or leads out of the folder, refuses the manifest, naming its line
+    (exit code 1); nothing is committed. Bytes are {"$base64": ...}.
+    """
+    mode = "upsert" if upsert else "append"
+    _write_file(
+        mode, root, source, image_field, no_image_paths, allow_outside, message, progress, endpoint_url,
+        storage_option, as_json,
+    )  # fmt: skip
+
+
+@app.command("upsert")
+def upsert_(
+    root: RootArg,
+    source: Annotated[Path, typer.Argument(help="SOURCE.jsonl or SOURCE.parquet.", show_default=False)],
+    image_field: ImageFieldOpt = None,
+    no_image_paths: NoImagesOpt = False,
+    allow_outside: AllowOutsideOpt = False,
+    message: Annotated[str | None, typer.Option(help="The new version's message.")] = None,
+    progress: ProgressOpt = None,
+    endpoint_url: EndpointOpt = None,
+    storage_option: StorageOpts = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Insert the records of a JSONL or Parquet file and replace those whose keys exist, as one new version.
+
+    Read as `litstore import` reads it (image paths included); unchanged records are not counted.
+    """
+    _write_file(
+        "upsert", root, source, image_field, no_image_paths, allow_outside, message, progress, endpoint_url,
+        storage_option, as_json,
+    )  # fmt: skip
+
+
+WhereOpt = Annotated[
+    str | None,
+    typer.Option("--where", help='A SQL condition on the manifest\'s columns and declared fields, e.g. "label = 2".'),
+]
+
+
+@app.command()
+def delete(
+    root: RootArg,
+    keys: Annotated[list[str] | None, typer.Argument(help="Keys of the records to remove.", show_default=False)] = None,
+    where: WhereOpt = None,
+    missing_ok: Annotated[bool, typer.Option(help="Pass over keys the store does not hold.")] = False,
+    message: Annotated[str | None, typer.Option(help="The new version's message.")] = None,
+    endpoint_url: EndpointOpt = None,
+    storage_option: StorageOpts = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Remove records, by key or by --where, as one new version."""
+    if bool(keys) == (where is not None):
+        raise InvalidArgumentError("give the keys to delete or --where CONDITION, one of the two")
     store = _open(root, endpoint_url, storage_option)
     before = store.version.number
-    write = store.upsert if upsert else store.append
-    version = write(interchange.read_records(source), message=message, progress=progress)
+    if where is not None:
+        version = store.delete(where=where, message=message)
+    else:
+        version = store.delete([_key(store, key) for key in keys or []], missing_ok=missing_ok, message=message)
+    _said_commit(version, before, as_json, "removed nothing")
+
+
+@app.command()
+def update(
+    root: RootArg,
+    keys: Annotated[list[str] | None, typer.Argument(help="Keys of the records to change.", show_default=False)] = None,
+    set_: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--set",
+            help="NAME=VALUE, repeatable: set the top-level field NAME. VALUE is read as JSON (3, true, null, "
+            '[1, 2], "3"); anything that is not JSON is a string.',
+        ),
+    ] = None,
+    where: WhereOpt = None,
+    message: Annotated[str | None, typer.Option(help="The new version's message.")] = None,
+    endpoint_url: EndpointOpt = None,
+    storage_option: StorageOpts = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Set fields of records, by key or by --where, as one new version; every other field stays as stored."""
+    if bool(keys) == (where is not None):
+        raise InvalidArgumentError("give the keys to update or --where CONDITION, one of the two")
+    values = _assignments(set_ or [])
+    store = _open(root, endpoint_url, storage_option)
+    before = store.version.number
+    if where is not None:
+        version = store.update(values, where=where, message=message)
+    else:
+        version = store.update({_key(store, key): values for key in keys or []}, message=message)
+    _said_commit(version, before, as_json, "changed nothing")
+
+
+def _assignments(items: list[str]) -> dict[str, Any]:
+    """``--set NAME=VALUE`` options as the fields to set (see ``update --help``)."""
+    if not items:
+        raise InvalidArgumentError("give at least one --set NAME=VALUE")
+    values: dict[str, Any] = {}
+    for item in items:
+        name, separator, text = item.partition("=")
+        if not separator or not name:
+            raise InvalidArgumentError(f"--set takes NAME=VALUE, got {item!r}")
+        try:
+            values[name] = json.loads(text, object_hook=interchange.json_object_hook)
+        except ValueError:  # not JSON (a bare word): the string itself
+            values[name] = text
+    return values
+
+
+def _said_commit(version: Version, before: int, as_json: bool, nothing: str) -> None:
+    """Print what a write committed (or that it committed nothing)."""
     if as_json:
         _print_json(_version_doc(version, []) | {"committed": version.number != before})
     elif version.number == before:
-        _say(f"nothing to commit: version {before} already holds these records")
+        _say(f"{nothing}: version {before} is unchanged")
     else:
         changes = f"+{version.added} ~{version.replaced} -{version.removed}"
         _say(f"version {version.number}: {changes}, {version.total} records")
 
 
-if hasattr(litstore.Store, "audit"):  # another part of litstore may add Store.audit
-
-    @app.command()
-    def audit(
-        root: RootArg, endpoint_url: EndpointOpt = None, storage_option: StorageOpts = None, as_json: JsonOpt = False
-    ) -> None:
-        """Audit the store (see Store.audit); exit code 1 if anything is wrong."""
-        report = _open(root, endpoint_url, storage_option).audit()  # type: ignore[attr-defined]
-        ok = bool(getattr(report, "ok", True))
-        if as_json:
-            _print_json({"ok": ok, "summary": str(report)})
-        else:
-            _out.print(shown_lines(str(report), style="" if ok else "red"))
-        if not ok:
-            raise typer.Exit(1)
+@app.command()
+def audit(
+    root: RootArg,
+    at: AtOpt = None,
+    examples: Annotated[int, typer.Option(min=0, help="Example groups shown of each kind.")] = 5,
+    progress: ProgressOpt = None,
+    endpoint_url: EndpointOpt = None,
+    storage_option: StorageOpts = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Find identical records under different keys, and across splits; exit code 1 if there are any."""
+    store = _open(root, endpoint_url, storage_option)
+    report = store.audit(
+        None if at is None else version_ref(store, at), examples=examples, progress=_progress(progress)
+    )
+    if as_json:
+        _print_json(
+            interchange.to_json(
+                {
+                    "ok": report.ok,
+                    "version": report.version,
+                    "records_checked": report.records_checked,
+                    "duplicate_group_count": report.duplicate_group_count,
+                    "duplicate_record_count": report.duplicate_record_count,
+                    "cross_split_group_count": report.cross_split_group_count,
+                    "cross_split_record_count": report.cross_split_record_count,
+                    "duplicate_groups": [list(group) for group in report.duplicate_groups],
+                    "cross_split_groups": [
+                        {split: list(keys) for split, keys in group.items()} for group in report.cross_split_groups
+                    ],
+                }
+            )
+        )
+    else:
+        _out.print(shown_lines(report.summary(), style="" if report.ok else "red"))
+    if not report.ok:
+        raise typer.Exit(1)
 
 
 def _one_line(error: BaseException) -> str:
     return "; ".join(line.strip() for line in str(error).splitlines() if line.strip()) or type(error).__name__
 
 
+#: Errors that mean something asked for is not there: exit code 3.
+NOT_FOUND: tuple[type[LitstoreError], ...] = (KeyNotFoundError, VersionNotFoundError, StoreNotFoundError)
+
+#: Errors that mean the data given or read is bad: exit code 1, as for a failed check.
+BAD_DATA: tuple[type[LitstoreError], ...] = (InvalidRecordError, IntegrityError)
+
+
+def exit_code(error: LitstoreError) -> int:
+    """The exit code of a command that raised ``error`` (see the module docstring): 3, 1 or 2."""
+    if isinstance(error, NOT_FOUND):
+        return 3
+    if isinstance(error, BAD_DATA):
+        return 1
+    return 2
+
+
 def main(argv: Iterable[str] | None = None) -> None:
-    """Run the command line (the ``litstore`` console script); exits with 0, 1 (verify failed) or 2 (error)."""
+    """Run the command line (the ``litstore`` console script); exits with 0, 1, 2 or 3 (see the module docstring)."""
     try:
         app(args=None if argv is None else list(argv), prog_name="litstore")
     except LitstoreError as exc:
         _err.print(shown(f"litstore: error: {_one_line(exc)}", style="red"))
-        sys.exit(2)
+        sys.exit(exit_code(exc))

@@ -24,9 +24,12 @@ unchanged. Parquet files are written and read by the library (:meth:`Snapshot.to
 tensor column, and a field whose name is not a str gets back its name from the file's
 schema metadata (:func:`litstore.export.field_names`).
 
-JSONL is read as :func:`litstore.sources.jsonl` reads it (Python's JSON Lines): lines end
-at ``\n`` only (a lone ``\r``, ``\u2028`` or form feed inside a line is part of it), each
-line is strict UTF-8, and lines of whitespace alone are skipped.
+JSONL is read by :func:`litstore.sources.jsonl` itself (JSON Lines): lines end at ``\n``
+only (a lone ``\r``, ``\u2028`` or form feed inside a line is part of it), each line is
+strict UTF-8, and lines of whitespace alone are skipped. A string in an image field
+(``image`` unless told otherwise) is the path of an image file relative to the file's
+folder, read, checked to decode and stored as LitData's image recipe stores it; a path
+that names no file, or leads out of the folder, refuses the line.
 """
 
 from __future__ import annotations
@@ -196,43 +199,31 @@ def write_parquet(path: Path, snapshot: Snapshot, keys: set[Key] | None = None) 
     pq.write_table(table, path)
 
 
-def read_records(path: Path) -> Iterator[dict[Any, Any]]:
+def read_records(
+    path: Path, *, image_fields: tuple[str, ...] = ("image",), allow_outside: bool = False
+) -> Iterator[dict[Any, Any]]:
     """The records in a JSONL file (see the module docstring) or a Parquet file.
 
-    Parquet rows come from :func:`litstore.sources.parquet`, with the field names that
-    are not str given back (:func:`litstore.export.field_names`).
+    JSONL lines come from :func:`litstore.sources.jsonl`, which reads the string values
+    of ``image_fields`` as image paths relative to the file's folder (``allow_outside``:
+    also paths out of it). Parquet rows come from :func:`litstore.sources.parquet`, with
+    the field names that are not str given back (:func:`litstore.export.field_names`).
 
     Raises:
-        InvalidArgumentError: the file cannot be read, or a line is not a JSON object.
+        InvalidArgumentError: the file cannot be read.
+        InvalidRecordError: a line is not a JSON object, or an image path names no image
+            file in the folder or one that does not decode (the message names the line).
     """
     kind = file_kind(path)
     try:
         if kind == "jsonl":
-            yield from _jsonl_records(path)
+            yield from sources.jsonl(
+                path, image_fields=image_fields, allow_outside=allow_outside, object_hook=json_object_hook
+            )
         else:
             yield from _parquet_records(path)
     except OSError as exc:
         raise InvalidArgumentError(f"cannot read {path}: {exc.strerror or exc}") from None
-
-
-def _jsonl_records(path: Path) -> Iterator[dict[Any, Any]]:
-    """The records of a JSONL file, its lines told apart as :func:`litstore.sources.jsonl` does (at ``\\n`` only)."""
-    with path.open("rb") as lines:
-        for number, raw in enumerate(lines, 1):
-            where = f"{path} line {number}"
-            try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                raise InvalidArgumentError(f"{where}: not UTF-8 text: {exc}") from None
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line, object_hook=json_object_hook)
-            except (json.JSONDecodeError, InvalidArgumentError) as exc:
-                raise InvalidArgumentError(f"{where}: {exc}") from None
-            if not isinstance(record, dict):
-                raise InvalidArgumentError(f"{where}: a record is a JSON object, got {_brief(record)}")
-            yield record
 
 
 def _parquet_records(path: Path) -> Iterator[dict[Any, Any]]:

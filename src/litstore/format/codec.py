@@ -502,3 +502,65 @@ def decode(data: bytes | memoryview, where: str = "record") -> Any:
         raise IntegrityError(f"{where} does not hold exactly one record") from exc
     except (IntegrityError, *_DECODE_FAILURES) as exc:
         raise IntegrityError(f"{where}: stored bytes do not decode: {exc!r}") from exc
+
+
+# -- top-level fields of stored records, without decoding the others -------------------------
+
+
+def top_level_fields(data: bytes | memoryview, where: str = "record") -> dict[Any, bytes]:
+    """The canonical bytes of each top-level field of the record ``data`` encodes, by field name; nothing decoded.
+
+    The canonical bytes of a record are a MessagePack map header followed by each key's
+    bytes and its value's bytes, keys in canonical order; so a field's value bytes are
+    exactly :func:`encode_value` of its value, and :func:`with_fields` can change one
+    field and leave every other field's stored bytes as they were (a media value is
+    never decoded and encoded again).
+
+    Raises:
+        IntegrityError: ``data`` is not one record (a map), or names a field twice.
+    """
+    unpacker = msgpack.Unpacker(max_buffer_size=max(len(data), 1), **_UNPACK_OPTIONS)
+    unpacker.feed(data)
+    fields: dict[Any, bytes] = {}
+    view = memoryview(data)
+    try:
+        count = unpacker.read_map_header()
+        for _ in range(count):
+            name = unpacker.unpack()
+            start = unpacker.tell()
+            unpacker.skip()
+            if name in fields:
+                raise IntegrityError(f"{where} holds the field {name!r} twice")
+            fields[name] = bytes(view[start : unpacker.tell()])
+    except (*_DECODE_FAILURES, msgpack.OutOfData) as exc:
+        raise IntegrityError(f"{where}: stored bytes are not one record: {exc!r}") from exc
+    if unpacker.tell() != len(data):
+        raise IntegrityError(f"{where} does not hold exactly one record")
+    return fields
+
+
+def encode_value(value: Any, path: str) -> bytes:
+    """The canonical bytes of ``value`` as a top-level field of a record (``path``: its name, for errors).
+
+    Raises:
+        UnsupportedValueError: a value has a type litstore cannot store.
+    """
+    return _pack(_canonical(value, path, 1))
+
+
+def with_fields(data: bytes | memoryview, values: dict[Any, Any], where: str = "record") -> bytes:
+    """The canonical bytes of the record ``data`` encodes with its top-level fields ``values`` set (added if new).
+
+    The same bytes as :func:`encode` of the decoded record with those fields set, made
+    without decoding it: every other field's bytes are copied as they are.
+
+    Raises:
+        IntegrityError: ``data`` is not one record.
+        UnsupportedValueError: a value of ``values`` has a type litstore cannot store.
+    """
+    fields = top_level_fields(data, where)
+    for name, value in values.items():
+        fields[name] = encode_value(value, str(name))
+    order = _sorted_keys(fields, "")
+    header: bytes = msgpack.Packer(**_PACKER_OPTIONS).pack_map_header(len(order))
+    return header + b"".join(_pack(name) + fields[name] for name in order)

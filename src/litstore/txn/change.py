@@ -119,7 +119,10 @@ class Delete:
 
     def __post_init__(self) -> None:
         if isinstance(self.keys, (str, bytes)) or not isinstance(self.keys, Iterable):
-            raise InvalidArgumentError(f"delete takes a list of keys, not one key: use delete([{self.keys!r}])")
+            raise InvalidArgumentError(
+                f"delete takes a list of keys, not one key: delete([{self.keys!r}]) deletes the record of that key, "
+                f"and delete(where={self.keys!r}) the records whose declared fields match that SQL condition"
+            )
         object.__setattr__(self, "keys", tuple(hashing.normalize_key(key) for key in self.keys))
 
     def plan(self, parent: VersionReader) -> Plan:

@@ -92,7 +92,9 @@ class Batch:
         )
 
 
-class _Problems:
+class Problems:
+    """Problems found in a batch, by kind; :meth:`raise_first` raises one error naming every culprit of a kind."""
+
     def __init__(self) -> None:
         self.found: dict[type[InvalidRecordError], list[tuple[int, Any, str]]] = {}
 
@@ -272,7 +274,7 @@ class _RunBuilder:
         self.model = model
         self.run_bytes = run_bytes
         self.declared = declared
-        self.problems = _Problems()
+        self.problems = Problems()
         self.first_position: dict[Any, int] = {}  # key -> input position, within the current run
         self.pieces: list[tuple[Batch, int]] = []  # column-wise blocks of the run, with their first positions
         self.indexed = 0  # how many of them have their keys in first_position
@@ -407,7 +409,9 @@ class _RunBuilder:
         if self.keys or not pieces:
             rule = self.config.splits
             splits = rule.assign_all(self.keys) if isinstance(rule, HashSplit) else self.splits
-            records = _batch(self.keys, splits, self.payloads, self.contents, self.declared, self.values, self.config)
+            records = encoded_batch(
+                self.keys, splits, self.payloads, self.contents, self.declared, self.values, self.config
+            )
             pieces = [*pieces, records]
         self.pieces, self.size, self.indexed = [], 0, 0
         self.first_position.clear()
@@ -442,7 +446,7 @@ def _hash_splits(rule: object, keys: list[Any]) -> list[str]:
     return rule.assign_all(keys)
 
 
-def _batch(
+def encoded_batch(
     keys: list[Any],
     splits: list[str],
     payloads: list[bytes],
@@ -451,6 +455,8 @@ def _batch(
     values: dict[str, list[Any]],
     config: StoreConfig,
 ) -> Batch:
+    """The batch of records already checked and encoded: their keys, splits, canonical bytes, content hashes and
+    the values of the ``declared`` fields (``values``: a list per field name)."""
     arrays = {name: pa.array(values[name], field_format.arrow_type(type_name)) for name, type_name in declared}
     items = columnar.sized(pa.array(payloads, pa.large_binary()))
     digests = np.frombuffer(b"".join(contents), dtype=np.uint8).reshape(-1, 16)
@@ -510,7 +516,7 @@ def _extract_fields(
     record: dict[str, Any],
     declared: list[tuple[str, str]],
     values: dict[str, list[Any]],
-    problems: _Problems,
+    problems: Problems,
     position: int,
     key: Any,
 ) -> bool:
