@@ -457,6 +457,46 @@ class Version(_Frozen):
     def __index__(self) -> int:
         return self.number
 
+    # A Version compares with an int as its number (``store.version == 4``, as Lance's and
+    # Delta's int versions do) and orders with ints and Versions by number; two Versions
+    # are equal when their commit records are. Hashing the number keeps both consistent.
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Version):
+            return super().__eq__(other)
+        number = _plain_int(other)
+        return NotImplemented if number is None else self.number == number  # type: ignore[return-value]
+
+    def __hash__(self) -> int:
+        return hash(self.number)
+
+    def __lt__(self, other: object) -> bool:
+        number = _number_of(other)
+        return NotImplemented if number is None else self.number < number  # type: ignore[return-value]
+
+    def __le__(self, other: object) -> bool:
+        number = _number_of(other)
+        return NotImplemented if number is None else self.number <= number  # type: ignore[return-value]
+
+    def __gt__(self, other: object) -> bool:
+        number = _number_of(other)
+        return NotImplemented if number is None else self.number > number  # type: ignore[return-value]
+
+    def __ge__(self, other: object) -> bool:
+        number = _number_of(other)
+        return NotImplemented if number is None else self.number >= number  # type: ignore[return-value]
+
+
+def _plain_int(value: object) -> int | None:
+    """``value`` as an int if it is a whole number that is not a bool, else ``None``."""
+    if isinstance(value, numbers.Integral) and not isinstance(value, (bool, np.bool_)):
+        return int(value)
+    return None
+
+
+def _number_of(value: object) -> int | None:
+    """The version number ``value`` stands for in an ordering: a Version's, or a plain int; else ``None``."""
+    return value.number if isinstance(value, Version) else _plain_int(value)
+
 
 def check_message(message: object) -> str | None:
     """``message`` if it can be a version's message (text or ``None``), else raise.
