@@ -471,7 +471,7 @@ class Store:
         mode: Literal["append", "upsert"] = "append",
         message: str | None = None,
         metadata: dict[str, Any] | None = None,
-        progress: bool = True,
+        progress: bool = False,
     ) -> Version:
         """Run ``fn`` over ``inputs`` in parallel and commit every record it returns as one version.
 
@@ -633,12 +633,16 @@ class Store:
         keep_last: int | None = None,
         older_than: timedelta | datetime | None = None,
         *,
-        dry_run: bool = False,
+        dry_run: bool = True,
         grace: timedelta | None = None,
         break_leases: bool = False,
         progress: bool = False,
     ) -> GCReport:
         """Expire old versions and delete the files no kept version references (see :mod:`litstore.ops.gc`).
+
+        **A dry run unless** ``dry_run=False``: by default the report says what would be
+        expired and removed and nothing is touched, as ``litstore gc`` without ``--yes``
+        and Delta's ``VACUUM ... DRY RUN`` (before litstore 0.2 the default deleted).
 
         Kept: the latest version, every tagged version, the last ``keep_last``
         versions and those created after ``older_than``. With neither, every version

@@ -79,7 +79,7 @@ def test_a_missing_version_names_the_oldest_version_gc_kept(make_any_store: Call
     store = make_any_store(key="id")
     for number in range(4):
         store.append([{"id": str(number)}])
-    store.gc(keep_last=2, grace=timedelta(0))
+    store.gc(dry_run=False, keep_last=2, grace=timedelta(0))
     for asked in (0, 2, 9):
         with pytest.raises(litstore.VersionNotFoundError, match="the oldest version kept is 3 and the latest is 4"):
             store.at(asked)
