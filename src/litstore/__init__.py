@@ -48,7 +48,8 @@ from litstore.ops.diff import Diff
 from litstore.ops.gc import GCReport
 from litstore.ops.verify import VerifyReport
 from litstore.snapshot import Snapshot
-from litstore.store import Store, open  # noqa: A004, F401  (litstore.open is the API, left out of __all__)
+from litstore.store import Store
+from litstore.store import open as open  # noqa: A004  (litstore.open is the API; left out of __all__)
 from litstore.tags import Tags
 from litstore.txn import StagedFragment
 
