@@ -10,7 +10,9 @@ A ``Snapshot`` is the user's facade over the version's engine,
 :class:`~litstore.read.version.VersionReader` (``snapshot.reader``), which caches what
 it has read (the key index, the manifest, open chunks): give each thread or process
 its own. Every method answers for this version only; ``Store`` has the forms that
-take a version.
+take a version. A snapshot pickles as its store's location and its version, so it can
+be handed to Ray tasks or spawned workers: unpickling opens the store again, pinned to
+the same version (its caches are not sent).
 """
 
 from __future__ import annotations
@@ -102,6 +104,11 @@ class Snapshot:
     def __repr__(self) -> str:
         counts = ", ".join(f"{split}={count}" for split, count in sorted(self.version.counts.items()))
         return f"<Snapshot {self.storage.url} version {self.version.number}: {len(self)} records ({counts})>"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # The location and the version, never the reader: its caches and locks stay in this process.
+        storage, version = self.storage, self.version
+        return (_reopen, (storage.url, dict(storage.options), version.number, version.transaction, self._model))
 
     # -- what this is ------------------------------------------------------------
 
@@ -555,6 +562,32 @@ class Snapshot:
         if not found:
             raise VersionNotFoundError(f"no version kept was committed at or before {when:%Y-%m-%d %H:%M:%S %Z}")
         return found[-1]
+
+
+def _reopen(
+    root: str,
+    storage_options: dict[str, Any],
+    number: int,
+    transaction: str | None,
+    model: type[pydantic.BaseModel] | None = None,
+) -> Snapshot:
+    """The snapshot of version ``number`` of the store at ``root``: how a pickled :class:`Snapshot` comes back.
+
+    Raises:
+        VersionNotFoundError: gc expired the version since, or the store at ``root`` was
+            made again and its version ``number`` is another commit (``transaction`` differs).
+        StoreNotFoundError, StorageError: the store cannot be reached from here.
+    """
+    from litstore.store import Store
+
+    head = Store.open(root, schema=model, storage_options=storage_options or None).head()
+    snapshot = head if head.version.number == number else head.at(number)
+    if snapshot.version.transaction != transaction:
+        raise VersionNotFoundError(
+            f"version {number} of {head.root} is another commit than the one pickled (transaction "
+            f"{snapshot.version.transaction} instead of {transaction}): the store was made again at that root"
+        )
+    return snapshot
 
 
 def _kind_hint(key: object, config: StoreConfig) -> str:
