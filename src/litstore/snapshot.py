@@ -17,6 +17,7 @@ the same version (its caches are not sent).
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -289,7 +290,9 @@ class Snapshot:
         ``split`` defaults to all splits. Keyword arguments go
         to ``StreamingDataset`` (``shuffle``, ``seed``, ``drop_last``, ``transform``,
         ...). Items are decoded records. The chunks are read in place, never copied;
-        pass the result to ``litdata.StreamingDataLoader`` as it is.
+        pass the result to ``litdata.StreamingDataLoader`` as it is. ``dataset[key]`` (and
+        ``dataset.get_by_key(key)``, for int keys) is the item it yields for ``key``;
+        ``KeyNotFoundError`` if this version, ``split`` or subset does not hold it.
 
         Args:
             verify_records: check each item's bytes against the content hash its version
@@ -353,6 +356,7 @@ class Snapshot:
             views_dir,
             hashes=hashes,
             deletions=deletions,
+            opener=functools.partial(_reopen, *self.__reduce__()[1]),
             **kwargs,
         )
 
