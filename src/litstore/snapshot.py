@@ -304,6 +304,10 @@ class Snapshot:
                 :mod:`litstore.streaming`); default ``$LITSTORE_VIEWS``, else the temp directory.
             where: stream only the records whose manifest row matches this condition.
             keys: stream only the records with these keys.
+            check_ranks (keyword): ``False`` turns off the guard against a distributed job
+                whose ranks litdata cannot see (``WORLD_SIZE`` > 1 from torchrun or SLURM, but no
+                process group yet and no ``GLOBAL_RANK``: every rank would stream the same
+                share), which otherwise raises ``InvalidArgumentError`` saying what to do.
 
         Raises:
             SplitError: ``split`` is not one of the store's splits.

@@ -449,8 +449,11 @@ class VersionDataset(StreamingDataset):
         deletions: Deletions | None = None,
         opener: Callable[[], Any] | None = None,
         keys_file: Path | None = None,
+        check_ranks: bool = True,
         **kwargs: Any,
     ) -> None:
+        if check_ranks:
+            check_rank_detection()
         self._plain_http = plain_http
         self._opener = opener  # opens the version's Snapshot (picklable); for dataset[key]
         self._keys_file = keys_file  # a subset's keys, in stream order; for dataset[key]
@@ -806,6 +809,49 @@ class VersionDataset(StreamingDataset):
         state["input_dir_path"] = self.input_dir.path
         state["cache_dir_path"] = self.cache_dir.path
         super().load_state_dict(state)
+
+
+#: What launchers set in each process of a distributed job: (world size, rank) variables.
+_LAUNCHERS = (("WORLD_SIZE", "RANK"), ("SLURM_NTASKS", "SLURM_PROCID"))
+
+
+def check_rank_detection() -> None:
+    """Refuse to stream where the environment says the job is distributed but litdata cannot see this rank.
+
+    litdata takes a process's rank from an initialised ``torch.distributed`` process
+    group or from ``GLOBAL_RANK``, and reads them once, when the dataset is made;
+    torchrun sets ``WORLD_SIZE`` and ``RANK`` (SLURM ``SLURM_NTASKS`` and
+    ``SLURM_PROCID``) and neither of those. A dataset made before
+    ``init_process_group`` in such a job takes every process for rank 0, and every rank
+    streams the same share, each record seen ``world size`` times with no warning.
+
+    Raises:
+        InvalidArgumentError: the environment says the job is distributed (a world size above
+            one) and no process group is initialised and ``GLOBAL_RANK`` is not set.
+    """
+    import torch.distributed
+
+    if "GLOBAL_RANK" in os.environ or (torch.distributed.is_available() and torch.distributed.is_initialized()):
+        return
+    launcher = next((names for names in _LAUNCHERS if _world_size(names[0]) > 1), None)
+    if launcher is None:
+        return
+    size_name, rank_name = launcher
+    size, rank = os.environ[size_name].strip(), os.environ.get(rank_name)
+    said = f"{size_name}={size}" + (f", {rank_name}={rank}" if rank is not None else "")
+    raise InvalidArgumentError(
+        f"the environment says this process is one of a distributed job ({said}), but litdata cannot see its "
+        "rank: no torch.distributed process group is initialised and GLOBAL_RANK is not set, so every rank would "
+        "stream the same share of the data. Make the dataset after torch.distributed.init_process_group(...), or "
+        f"set GLOBAL_RANK (from {rank_name}) and WORLD_SIZE in each process; pass check_ranks=False to stream as "
+        "litdata sees it anyway (every process as rank 0)"
+    )
+
+
+def _world_size(name: str) -> int:
+    """The world size the environment variable ``name`` gives (1 if unset or not a number)."""
+    text = os.environ.get(name, "1").strip()
+    return int(text) if text.isdigit() else 1
 
 
 def _map_nothing(chunk_index: int, chunk_filepath: str) -> None:
