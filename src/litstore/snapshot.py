@@ -36,19 +36,22 @@ from litstore.errors import (
     InvalidArgumentError,
     KeyNotFoundError,
     LitstoreError,
+    MissingFileError,
     QueryError,
     SplitError,
+    StoreNotFoundError,
     VersionNotFoundError,
     describe,
 )
-from litstore.format import hashing
+from litstore.format import config as config_format
+from litstore.format import hashing, layout
 from litstore.format.models import StoreConfig, Version
 from litstore.read import chunkhashes, log
 from litstore.read.chunkhashes import ChunkHashes
 from litstore.read.keyindex import KeyIndex
 from litstore.read.manifests import ManifestCache
 from litstore.read.version import MISSING, Key, Record, VersionReader
-from litstore.storage import Storage
+from litstore.storage import Storage, open_storage
 
 if TYPE_CHECKING:
     import pandas
@@ -586,9 +589,13 @@ def _reopen(
             made again and its version ``number`` is another commit (``transaction`` differs).
         StoreNotFoundError, StorageError: the store cannot be reached from here.
     """
-    from litstore.store import Store
-
-    head = Store.open(root, schema=model, storage_options=storage_options or None).head()
+    storage = open_storage(root, storage_options or None)
+    try:
+        config = log.read_config(storage)
+    except MissingFileError:
+        raise StoreNotFoundError(f"no litstore store at {storage.url} (no {layout.CONFIG})") from None
+    config_format.check_schema(config, model)
+    head = Snapshot(storage, config, log.read_version(storage, log.head_number(storage) or 0), model)
     snapshot = head if head.version.number == number else head.at(number)
     if snapshot.version.transaction != transaction:
         raise VersionNotFoundError(
