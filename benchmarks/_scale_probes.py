@@ -440,7 +440,7 @@ def probe_gc(spec: dict[str, Any]) -> dict[str, Any]:
     if spec["kind"] == LANCE:
         removed = _lance().dataset(spec["root"]).cleanup_old_versions().old_versions
     else:
-        removed = len(_litstore().open(spec["root"]).gc().removed_files)
+        removed = len(_litstore().open(spec["root"]).gc(dry_run=False).removed_files)
     return {"seconds": time.perf_counter() - start, "removed": removed}
 
 

@@ -14,7 +14,7 @@ shared machine the CPU time is the steadier figure.
   payload, the fastest way litstore has (:func:`litstore.format.hashing.content_hashes`):
   what any check of the data must do at least;
 - ``verify``: ``store.verify()`` (and ``verify(num_workers=W)`` for each ``--workers``);
-- ``gc``: ``store.gc()`` with nothing to remove (every version kept, nothing older
+- ``gc``: ``store.gc(dry_run=False)`` with nothing to remove (every version kept, nothing older
   than the grace period);
 - ``lance cleanup``: ``cleanup_old_versions()`` on the Lance dataset (nothing to
   remove either: every version is younger than its default two weeks).
@@ -72,7 +72,7 @@ elif op == "verify":
     assert report.ok, report.summary()
     result["records"] = report.records_checked
 elif op == "gc":
-    report = litstore.open(root).gc()
+    report = litstore.open(root).gc(dry_run=False)
     assert not report.removed_files, report.summary()
 result["seconds"] = time.perf_counter() - start
 result["cpu"] = cpu() - start_cpu  # workers' time counts once they have exited

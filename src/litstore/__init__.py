@@ -5,7 +5,14 @@
 >>> version = store.append([{"id": "cat-1", "label": 0}])
 >>> store["cat-1"]["label"]
 0
+
+The optional parts are submodules reached as attributes and imported on first use
+(``litstore.sources.jsonl(...)``, ``litstore.export``, ``litstore.ray``), so ``import
+litstore`` stays light. ``litstore.open`` opens a store but is left out of ``__all__``:
+``from litstore import *`` does not shadow the built-in ``open``.
 """
+
+from types import ModuleType as _ModuleType
 
 from litstore import _litdata  # noqa: F401  (installs the record codec's media values)
 from litstore.errors import (
@@ -42,11 +49,28 @@ from litstore.ops.diff import Diff
 from litstore.ops.gc import GCReport
 from litstore.ops.verify import VerifyReport
 from litstore.snapshot import Snapshot
-from litstore.store import Store, open  # noqa: A004  (litstore.open is the API)
+from litstore.store import Store
+from litstore.store import open as open  # noqa: A004  (litstore.open is the API; left out of __all__)
 from litstore.tags import Tags
 from litstore.txn import StagedFragment
 
 __version__ = "0.1.0"
+
+#: Submodules imported when first reached as an attribute (``litstore.sources``): each imports heavy optional parts.
+_LAZY_SUBMODULES = frozenset({"export", "ingest", "query", "ray", "sources", "stream_state", "streaming"})
+
+
+def __getattr__(name: str) -> _ModuleType:
+    if name in _LAZY_SUBMODULES:
+        import importlib
+
+        return importlib.import_module(f"litstore.{name}")  # (the import also sets it as an attribute)
+    raise AttributeError(f"module 'litstore' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | _LAZY_SUBMODULES)
+
 
 __all__ = [
     "AuditReport",
@@ -90,5 +114,4 @@ __all__ = [
     "VersionNotFoundError",
     "encoded_media",
     "keeping_media",
-    "open",
 ]

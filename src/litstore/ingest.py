@@ -156,7 +156,7 @@ def ingest(
     mode: Literal["append", "upsert"] = "append",
     message: str | None = None,
     metadata: dict[str, Any] | None = None,
-    progress: bool = True,
+    progress: bool = False,
 ) -> Version:
     """Run ``fn`` over ``inputs`` in ``num_workers`` processes and commit what it returns as one version.
 

@@ -10,11 +10,14 @@ A ``Snapshot`` is the user's facade over the version's engine,
 :class:`~litstore.read.version.VersionReader` (``snapshot.reader``), which caches what
 it has read (the key index, the manifest, open chunks): give each thread or process
 its own. Every method answers for this version only; ``Store`` has the forms that
-take a version.
+take a version. A snapshot pickles as its store's location and its version, so it can
+be handed to Ray tasks or spawned workers: unpickling opens the store again, pinned to
+the same version (its caches are not sent).
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -33,19 +36,22 @@ from litstore.errors import (
     InvalidArgumentError,
     KeyNotFoundError,
     LitstoreError,
+    MissingFileError,
     QueryError,
     SplitError,
+    StoreNotFoundError,
     VersionNotFoundError,
     describe,
 )
-from litstore.format import hashing
+from litstore.format import config as config_format
+from litstore.format import hashing, layout
 from litstore.format.models import StoreConfig, Version
 from litstore.read import chunkhashes, log
 from litstore.read.chunkhashes import ChunkHashes
 from litstore.read.keyindex import KeyIndex
 from litstore.read.manifests import ManifestCache
 from litstore.read.version import MISSING, Key, Record, VersionReader
-from litstore.storage import Storage
+from litstore.storage import Storage, open_storage
 
 if TYPE_CHECKING:
     import pandas
@@ -102,6 +108,11 @@ class Snapshot:
     def __repr__(self) -> str:
         counts = ", ".join(f"{split}={count}" for split, count in sorted(self.version.counts.items()))
         return f"<Snapshot {self.storage.url} version {self.version.number}: {len(self)} records ({counts})>"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # The location and the version, never the reader: its caches and locks stay in this process.
+        storage, version = self.storage, self.version
+        return (_reopen, (storage.url, dict(storage.options), version.number, version.transaction, self._model))
 
     # -- what this is ------------------------------------------------------------
 
@@ -282,7 +293,9 @@ class Snapshot:
         ``split`` defaults to all splits. Keyword arguments go
         to ``StreamingDataset`` (``shuffle``, ``seed``, ``drop_last``, ``transform``,
         ...). Items are decoded records. The chunks are read in place, never copied;
-        pass the result to ``litdata.StreamingDataLoader`` as it is.
+        pass the result to ``litdata.StreamingDataLoader`` as it is. ``dataset[key]`` (and
+        ``dataset.get_by_key(key)``, for int keys) is the item it yields for ``key``;
+        ``KeyNotFoundError`` if this version, ``split`` or subset does not hold it.
 
         Args:
             verify_records: check each item's bytes against the content hash its version
@@ -294,6 +307,10 @@ class Snapshot:
                 :mod:`litstore.streaming`); default ``$LITSTORE_VIEWS``, else the temp directory.
             where: stream only the records whose manifest row matches this condition.
             keys: stream only the records with these keys.
+            check_ranks (keyword): ``False`` turns off the guard against a distributed job
+                whose ranks litdata cannot see (``WORLD_SIZE`` > 1 from torchrun or SLURM, but no
+                process group yet and no ``GLOBAL_RANK``: every rank would stream the same
+                share), which otherwise raises ``InvalidArgumentError`` saying what to do.
 
         Raises:
             SplitError: ``split`` is not one of the store's splits.
@@ -346,6 +363,7 @@ class Snapshot:
             views_dir,
             hashes=hashes,
             deletions=deletions,
+            opener=functools.partial(_reopen, *self.__reduce__()[1]),
             **kwargs,
         )
 
@@ -555,6 +573,36 @@ class Snapshot:
         if not found:
             raise VersionNotFoundError(f"no version kept was committed at or before {when:%Y-%m-%d %H:%M:%S %Z}")
         return found[-1]
+
+
+def _reopen(
+    root: str,
+    storage_options: dict[str, Any],
+    number: int,
+    transaction: str | None,
+    model: type[pydantic.BaseModel] | None = None,
+) -> Snapshot:
+    """The snapshot of version ``number`` of the store at ``root``: how a pickled :class:`Snapshot` comes back.
+
+    Raises:
+        VersionNotFoundError: gc expired the version since, or the store at ``root`` was
+            made again and its version ``number`` is another commit (``transaction`` differs).
+        StoreNotFoundError, StorageError: the store cannot be reached from here.
+    """
+    storage = open_storage(root, storage_options or None)
+    try:
+        config = log.read_config(storage)
+    except MissingFileError:
+        raise StoreNotFoundError(f"no litstore store at {storage.url} (no {layout.CONFIG})") from None
+    config_format.check_schema(config, model)
+    head = Snapshot(storage, config, log.read_version(storage, log.head_number(storage) or 0), model)
+    snapshot = head if head.version.number == number else head.at(number)
+    if snapshot.version.transaction != transaction:
+        raise VersionNotFoundError(
+            f"version {number} of {head.root} is another commit than the one pickled (transaction "
+            f"{snapshot.version.transaction} instead of {transaction}): the store was made again at that root"
+        )
+    return snapshot
 
 
 def _kind_hint(key: object, config: StoreConfig) -> str:

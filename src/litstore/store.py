@@ -86,6 +86,10 @@ class Store:
     to_pandas(), dataset() (a litdata ``StreamingDataset``), verify(), audit().
 
     History: version, versions(), at(version), diff(old, new, fields=...), refresh().
+
+    A store pickles (Ray tasks, spawned workers, ``datasets.Dataset.from_generator``) as
+    its root, storage options and schema, and is opened again at its newest version when
+    unpickled; a :class:`Snapshot` (``store.head()``) comes back pinned to its version.
     """
 
     def __init__(self, head: Snapshot) -> None:
@@ -100,6 +104,12 @@ class Store:
         version = self._head.version
         counts = ", ".join(f"{split}={count}" for split, count in sorted(version.counts.items()))
         return f"<Store {self._head.root} at version {version.number}: {len(self)} records ({counts})>"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # A Store pickles as its root, options and model, and comes back at the newest version, as
+        # litstore.open would (Ray tasks, spawned workers); pickle store.head() to pin a version.
+        storage = self.storage
+        return (_reopen, (storage.url, dict(storage.options), self._head.model))
 
     # -- opening -----------------------------------------------------------------
 
@@ -521,7 +531,7 @@ class Store:
         mode: Literal["append", "upsert"] = "append",
         message: str | None = None,
         metadata: dict[str, Any] | None = None,
-        progress: bool = True,
+        progress: bool = False,
     ) -> Version:
         """Run ``fn`` over ``inputs`` in parallel and commit every record it returns as one version.
 
@@ -685,12 +695,16 @@ class Store:
         keep_last: int | None = None,
         older_than: timedelta | datetime | None = None,
         *,
-        dry_run: bool = False,
+        dry_run: bool = True,
         grace: timedelta | None = None,
         break_leases: bool = False,
         progress: bool = False,
     ) -> GCReport:
         """Expire old versions and delete the files no kept version references (see :mod:`litstore.ops.gc`).
+
+        **A dry run unless** ``dry_run=False``: by default the report says what would be
+        expired and removed and nothing is touched, as ``litstore gc`` without ``--yes``
+        and Delta's ``VACUUM ... DRY RUN`` (before litstore 0.2 the default deleted).
 
         Kept: the latest version, every tagged version, the last ``keep_last``
         versions and those created after ``older_than``. With neither, every version
@@ -846,6 +860,11 @@ def open(  # noqa: A001
 ) -> Store:
     """Open the store at ``root`` at its latest version (see :meth:`Store.open`)."""
     return Store.open(root, schema=schema, storage_options=storage_options)
+
+
+def _reopen(root: str, storage_options: dict[str, Any], schema: type[pydantic.BaseModel] | None) -> Store:
+    """How a pickled :class:`Store` comes back: opened again at ``root``, at its newest version."""
+    return Store.open(root, schema=schema, storage_options=storage_options or None)
 
 
 def _is_dir(storage: Storage) -> bool:

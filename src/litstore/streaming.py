@@ -83,6 +83,7 @@ from litstore._litdata.writer import ChunkWriter
 from litstore.errors import (
     IntegrityError,
     InvalidArgumentError,
+    KeyNotFoundError,
     LitstoreError,
     StorageError,
     StreamStateError,
@@ -119,10 +120,11 @@ def open_dataset(
     *,
     hashes: ChunkHashes | None = None,
     deletions: Deletions | None = None,
+    opener: Callable[[], Any] | None = None,
     **kwargs: Any,
 ) -> VersionDataset:
     """A :class:`VersionDataset` over the live items of ``chunks`` of one version and split of the store on
-    ``storage``.
+    ``storage``; ``opener`` opens the version's snapshot, for keyed access (``dataset[key]``).
 
     ``chunks`` are as the split index lists them (every row of each chunk file);
     ``deletions`` says which rows are dead (format 4). ``records`` (from
@@ -159,6 +161,7 @@ def open_dataset(
             chunk_hashes=hashes,
             chunk_root=source.directory,
             deletions=deletions,
+            opener=opener,
             **kwargs,
         )
     kwargs.setdefault("cache_dir", str(directory / "cache"))
@@ -173,6 +176,7 @@ def open_dataset(
         chunk_hashes=hashes,
         index_path=str(directory / "index.json"),
         deletions=deletions,
+        opener=opener,
         **kwargs,
     )
 
@@ -321,7 +325,13 @@ def open_subset(
     }
     checked = directory / _RECORDS_FILE if verify_records else None
     return VersionDataset(
-        str(directory), identity, chunks=chunks, records_file=checked, chunk_root=str(directory), **kwargs
+        str(directory),
+        identity,
+        chunks=chunks,
+        records_file=checked,
+        chunk_root=str(directory),
+        keys_file=directory / _RECORDS_FILE,
+        **kwargs,
     )
 
 
@@ -419,6 +429,13 @@ class VersionDataset(StreamingDataset):
     litdata's own reader (remote chunks, and ``dataset[i]``) is handed the row,
     and its item loader the number of rows each chunk file holds (see
     :meth:`_create_cache`), so its checks of a chunk's header still hold.
+
+    **Keyed access.** As in litdata, ``dataset[key]`` (a str key) and
+    ``dataset.get_by_key(key)`` (any key) return the item the dataset yields for that
+    key, checked and transformed; :class:`~litstore.errors.KeyNotFoundError` if its
+    version, split or subset does not hold it. A whole split finds the key through its
+    version's key index (the snapshot opened again on first use in each process, by
+    ``opener``); a subset through the keys of its view, listed once on first use.
     """
 
     def __init__(
@@ -433,10 +450,20 @@ class VersionDataset(StreamingDataset):
         chunk_hashes: ChunkHashes | None = None,
         chunk_root: str | None = None,
         deletions: Deletions | None = None,
+        opener: Callable[[], Any] | None = None,
+        keys_file: Path | None = None,
+        check_ranks: bool = True,
         **kwargs: Any,
     ) -> None:
+        if check_ranks:
+            check_rank_detection()
         self._plain_http = plain_http
         self._endpoint = endpoint  # where a remote stream downloads chunks from (errors name it)
+        self._opener = opener  # opens the version's Snapshot (picklable); for dataset[key]
+        self._keys_file = keys_file  # a subset's keys, in stream order; for dataset[key]
+        self._snapshot: Any = None
+        self._key_field: str | None = None
+        self._key_positions: dict[Any, int] | None = None
         if plain_http:
             allow_plain_http_s3()
         transform = kwargs.pop("transform", None)
@@ -487,7 +514,7 @@ class VersionDataset(StreamingDataset):
         state = dict(self.__dict__)
         # Memory-mapped (or bound to this dataset): each process opens or makes its own.
         state["_expected"] = state["_keys"] = state["_decoded"] = state["_check"] = None
-        state["_live_rows"] = None
+        state["_live_rows"] = state["_snapshot"] = state["_key_positions"] = None
         state["_decoded_index"] = state["_live_index"] = -1
         return state
 
@@ -542,21 +569,81 @@ class VersionDataset(StreamingDataset):
     def __getitem__(self, index: Any) -> Any:
         if isinstance(index, slice):
             return [self[position] for position in range(*index.indices(len(self)))]
+        if isinstance(index, str):
+            return self.get_by_key(index)
+        return self._item(index, transformed=True)
+
+    def _item(self, index: Any, transformed: bool) -> Any:
+        """Item ``index`` (a number or litdata's ``ChunkedIndex``), checked, decoded, transformed if ``transformed``."""
         if type(index) is ChunkedIndex and self._chunk_storage is not None:
-            return self._record(index.chunk_index, index.index)
+            return self._record(index.chunk_index, index.index, transformed)
         whole = isinstance(index, (int, np.integer)) and not isinstance(index, bool)
         if whole and 0 <= index < self._litdata_starts[-1]:  # dataset[i]: litdata's per-item path, as on S3
             index = ChunkedIndex(index=int(index), chunk_index=bisect.bisect_right(self._litdata_starts, index) - 1)
         if type(index) is not ChunkedIndex:
-            return super().__getitem__(index)  # a key (litdata's keyed access), or litdata's error
+            return super().__getitem__(index)  # litdata's error
         begin = self._litdata_starts[index.chunk_index]
         position = int(index.index) - begin
         row = self._row(index.chunk_index, position)
         item = super().__getitem__(index if row == position else dataclasses.replace(index, index=begin + row))
         record = self._checked(item, index.chunk_index, position, row)
+        return self._transformed(record) if transformed else record
+
+    def _transformed(self, record: Any) -> Any:
         for transform in self._transforms:
             record = transform(record)
         return record
+
+    def get_by_key(self, key: Any) -> Any:
+        """The item this dataset yields for the record with ``key`` (see the class docstring).
+
+        Raises:
+            KeyNotFoundError: this dataset's version, split or subset holds no record with ``key``.
+            IntegrityError: the record is not what its version committed.
+        """
+        for number in self._numbers_of(key):
+            record = self._item(number, transformed=False)
+            if self._keys_file is not None or (isinstance(record, dict) and record.get(self._key_field) == key):
+                return self._transformed(record)  # (a whole split's index may list another key of the same hash)
+        where = "all splits" if self.identity.get("split") is None else f"split {self.identity['split']!r}"
+        subset = ", in this subset" if "subset" in self.identity else ""
+        raise KeyNotFoundError(
+            f"key {key!r} is not in version {self.identity.get('version')} ({where}{subset}) of "
+            f"{self.identity.get('root')}"
+        )
+
+    def _numbers_of(self, key: Any) -> list[int]:
+        """litdata's numbers of the items that may be the record with ``key`` (normally none or one)."""
+        if self._keys_file is not None:  # a subset: its items are its keys, in stream order, with no dead rows
+            if self._key_positions is None:
+                keys = pa.ipc.open_file(pa.memory_map(str(self._keys_file))).read_all().column("key").to_pylist()
+                self._key_positions = {stored: position for position, stored in enumerate(keys)}
+            position = self._key_positions.get(key)
+            return [] if position is None else self._numbers_at(position)
+        if self._opener is None:
+            raise LitstoreError("this dataset was made without its version's key index: keyed access needs one")
+        if self._snapshot is None:
+            self._snapshot = self._opener()
+        self._key_field = self._snapshot.config.key
+        files = {name: chunk_index for chunk_index, name in enumerate(self._files)}
+        numbers = []
+        for chunk, row in self._snapshot.reader.places(key):
+            chunk_index = files.get(chunk)
+            if chunk_index is None:  # in another split
+                continue
+            live = self._live(chunk_index)
+            position = row if live is None else int(np.searchsorted(live, row))
+            if live is None or (position < len(live) and live[position] == row):
+                numbers.append(self._litdata_starts[chunk_index] + position)
+        return numbers
+
+    def _numbers_at(self, position: int) -> list[int]:
+        """litdata's number of the item at ``position`` of the stream (none if its chunk is not streamed)."""
+        for chunk_index, start in enumerate(self._stream_starts):
+            size = self._litdata_starts[chunk_index + 1] - self._litdata_starts[chunk_index]
+            if start <= position < start + size:
+                return [self._litdata_starts[chunk_index] + position - start]
+        return []
 
     # litdata reads the next chunks in __iter__ and __next__ (a remote stream's downloads,
     # and its per-item reads), before __getitem__ sees them: a header that disagrees with
@@ -610,15 +697,13 @@ class VersionDataset(StreamingDataset):
         live = self._live(chunk_index)
         return position if live is None else int(live[position])
 
-    def _record(self, chunk_index: int, number: int) -> Any:
+    def _record(self, chunk_index: int, number: int, transformed: bool = True) -> Any:
         """Item ``number`` (litdata's numbering) of local chunk ``chunk_index``, checked, decoded and transformed."""
         chunk = self._decoded
         if chunk is None or self._decoded_index != chunk_index:
             chunk = self._decode(chunk_index)
         record = chunk.take(int(number) - self._decoded_start)  # the chunk's live items, numbered as litdata does
-        for transform in self._transforms:
-            record = transform(record)
-        return record
+        return self._transformed(record) if transformed else record
 
     def _decode(self, chunk_index: int) -> DecodedChunk:
         """Map local chunk ``chunk_index`` for decoding (see :mod:`litstore.read.decoded`), releasing the last one."""
@@ -729,6 +814,49 @@ class VersionDataset(StreamingDataset):
         state["input_dir_path"] = self.input_dir.path
         state["cache_dir_path"] = self.cache_dir.path
         super().load_state_dict(state)
+
+
+#: What launchers set in each process of a distributed job: (world size, rank) variables.
+_LAUNCHERS = (("WORLD_SIZE", "RANK"), ("SLURM_NTASKS", "SLURM_PROCID"))
+
+
+def check_rank_detection() -> None:
+    """Refuse to stream where the environment says the job is distributed but litdata cannot see this rank.
+
+    litdata takes a process's rank from an initialised ``torch.distributed`` process
+    group or from ``GLOBAL_RANK``, and reads them once, when the dataset is made;
+    torchrun sets ``WORLD_SIZE`` and ``RANK`` (SLURM ``SLURM_NTASKS`` and
+    ``SLURM_PROCID``) and neither of those. A dataset made before
+    ``init_process_group`` in such a job takes every process for rank 0, and every rank
+    streams the same share, each record seen ``world size`` times with no warning.
+
+    Raises:
+        InvalidArgumentError: the environment says the job is distributed (a world size above
+            one) and no process group is initialised and ``GLOBAL_RANK`` is not set.
+    """
+    import torch.distributed
+
+    if "GLOBAL_RANK" in os.environ or (torch.distributed.is_available() and torch.distributed.is_initialized()):
+        return
+    launcher = next((names for names in _LAUNCHERS if _world_size(names[0]) > 1), None)
+    if launcher is None:
+        return
+    size_name, rank_name = launcher
+    size, rank = os.environ[size_name].strip(), os.environ.get(rank_name)
+    said = f"{size_name}={size}" + (f", {rank_name}={rank}" if rank is not None else "")
+    raise InvalidArgumentError(
+        f"the environment says this process is one of a distributed job ({said}), but litdata cannot see its "
+        "rank: no torch.distributed process group is initialised and GLOBAL_RANK is not set, so every rank would "
+        "stream the same share of the data. Make the dataset after torch.distributed.init_process_group(...), or "
+        f"set GLOBAL_RANK (from {rank_name}) and WORLD_SIZE in each process; pass check_ranks=False to stream as "
+        "litdata sees it anyway (every process as rank 0)"
+    )
+
+
+def _world_size(name: str) -> int:
+    """The world size the environment variable ``name`` gives (1 if unset or not a number)."""
+    text = os.environ.get(name, "1").strip()
+    return int(text) if text.isdigit() else 1
 
 
 def _map_nothing(chunk_index: int, chunk_filepath: str) -> None:

@@ -17,9 +17,13 @@ from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from litdata.utilities.format import _convert_bytes_to_int
 
 import litstore
 from litstore.format import layout
+from litstore.format.models import size_in_bytes
 from tests.conftest import tree_state
 
 LIMIT = layout.CHUNK_SIZE_LIMIT
@@ -180,3 +184,39 @@ def test_hash_split_takes_decimal_fractions() -> None:
 
     split = litstore.HashSplit(train=Decimal("0.75"), val=Decimal("0.25"))
     assert split.fractions == {"train": 0.75, "val": 0.25}
+
+
+_SIZE_TEXTS = st.builds(
+    "{}{}{}{}".format,
+    st.sampled_from(["", " ", "  "]),
+    st.one_of(
+        st.integers(0, 10**6).map(str),
+        st.floats(0, 1e6, allow_nan=False).map(repr),
+        st.sampled_from(["1e3", "1_000", ".5", "+2", "-3", "nan", "inf", "0x10", ""]),
+    ),
+    st.sampled_from(["", " "]),
+    st.sampled_from(["b", "k", "kb", "KB", "m", "Mb", "MB", "g", "GB", "t", "tb", "mib", "pb", "bytes", ""]),
+)
+
+
+@given(_SIZE_TEXTS)
+def test_a_size_text_means_what_it_means_to_litdata(text: str) -> None:
+    try:
+        theirs: int | None = _convert_bytes_to_int(text)
+    except (ValueError, OverflowError):
+        theirs = None
+    try:
+        ours = size_in_bytes(text)
+    except litstore.InvalidArgumentError:
+        ours = None
+    if theirs is not None and theirs > 0:
+        assert ours == theirs
+    elif not text.lower().strip().endswith("ib"):  # binary units are litstore's own
+        assert ours is None
+
+
+def test_binary_units_are_litstores_own() -> None:
+    assert [size_in_bytes(text) for text in ("1KiB", "2 MiB", "1.5gib", "1TiB")] == [1024, 2 << 20, 3 << 29, 1 << 40]
+    for bad in ("0MB", "0.5b", "-1kb", "nanMB", "infGB", "MiB", "64", "64 parsecs"):
+        with pytest.raises(litstore.InvalidArgumentError, match="positive size with a unit"):
+            size_in_bytes(bad)

@@ -159,7 +159,7 @@ def build(
         elif operation == "add_fields" and "text" not in store.fields:
             store.add_fields({"text": str})
         elif operation == "gc":
-            store.gc(keep_last=2 + value, grace=timedelta(0))
+            store.gc(dry_run=False, keep_last=2 + value, grace=timedelta(0))
     return store
 
 
@@ -240,7 +240,7 @@ def test_versions_expired_between_fall_back_to_the_whole_manifests(make_store: C
     store.tag("start", 1)
     store.upsert([_record("k05", -5)])
     store.delete(["k06"])
-    store.gc(keep_last=1, grace=timedelta(0))  # expires version 2
+    store.gc(dry_run=False, keep_last=1, grace=timedelta(0))  # expires version 2
     assert live_numbers(store) == [1, 3]
     assert fast_diff(store, 1, 3) is None
     assert found(store.diff(1, 3)) == expected_diff(store, 1, 3)

@@ -7,7 +7,7 @@ with its size) before gc, runs gc, and compares:
   they read before and verify; every file they list is still there;
 - expired versions raise ``VersionNotFoundError``;
 - the report names exactly the files that disappeared, and its byte count is their size;
-- ``dry_run`` changes nothing and reports what the real run then removes;
+- ``dry_run`` (the default) changes nothing and reports what the real run then removes;
 - debris of writers that never committed goes only once older than the grace period;
   the staged fragment of a live writer survives and can still be committed;
 - writes after gc work and verify, including from a writer that opened before gc.
@@ -108,7 +108,7 @@ def _check_kept(root: Path, contents: dict[int, dict[Any, Record]], kept: list[i
 def test_gc_keep_last_keeps_last_tagged_and_latest(history: History) -> None:
     root = history.root
     before = _sizes(root)
-    report = history.store.gc(keep_last=2)
+    report = history.store.gc(dry_run=False, keep_last=2)
 
     assert report.kept_versions == [2, 5, 6]  # tagged 2, the last two (5 and the latest, 6)
     assert report.expired_versions == [0, 1, 3, 4]
@@ -136,7 +136,7 @@ def test_gc_keep_last_keeps_last_tagged_and_latest(history: History) -> None:
     # Versions whose manifests were composed through expired ones got checkpoints.
     assert set(report.checkpoints_written) <= {2, 5, 6}
 
-    again = store.gc(keep_last=2)
+    again = store.gc(dry_run=False, keep_last=2)
     assert (again.removed_files, again.removed_bytes, again.expired_versions) == ([], 0, [])
     assert _sizes(root) == after
 
@@ -150,7 +150,7 @@ def test_gc_keep_last_keeps_last_tagged_and_latest(history: History) -> None:
 
 def test_gc_keep_last_one_keeps_only_the_latest_and_tags(history: History) -> None:
     history.store.delete_tag("golden")
-    report = history.store.gc(keep_last=1)
+    report = history.store.gc(dry_run=False, keep_last=1)
     assert report.kept_versions == [6]
     assert report.expired_versions == [0, 1, 2, 3, 4, 5]
     _check_kept(history.root, history.contents, [6])
@@ -165,7 +165,7 @@ def test_gc_keep_last_one_keeps_only_the_latest_and_tags(history: History) -> No
 
 def test_gc_without_limits_keeps_every_version(history: History) -> None:
     before = tree_state(history.root)
-    report = history.store.gc()
+    report = history.store.gc(dry_run=False)
     assert report.expired_versions == []
     assert report.kept_versions == [0, 1, 2, 3, 4, 5, 6]
     assert report.removed_files == []
@@ -179,13 +179,14 @@ def test_dry_run_removes_nothing_and_reports_what_gc_removes(history: History) -
     before_state = tree_state(root)
     before = _sizes(root)
 
-    dry = history.store.gc(keep_last=2, dry_run=True)
-    assert dry.dry_run
+    dry = history.store.gc(keep_last=2)  # a dry run by default, as the CLI and Delta's vacuum
+    assert dry.dry_run and dry.expired_versions and dry.removed_files
     assert tree_state(root) == before_state  # not one byte changed
+    assert history.store.gc(keep_last=2, dry_run=True) == dry
     assert dry.checkpoints_written == []
     assert set(debris) <= set(dry.removed_files)
 
-    real = history.store.gc(keep_last=2)
+    real = history.store.gc(dry_run=False, keep_last=2)
     assert sorted(real.removed_files) == sorted(dry.removed_files)
     assert real.removed_bytes == dry.removed_bytes
     assert (real.kept_versions, real.expired_versions) == (dry.kept_versions, dry.expired_versions)
@@ -223,7 +224,7 @@ def test_gc_of_a_store_with_holes_keeps_the_dead_rows_its_last_version_needs(
     root = Path(store.root)
     assert (root / superseded).is_file()
 
-    report = store.gc(keep_last=1)
+    report = store.gc(dry_run=False, keep_last=1)
     assert report.kept_versions == [head.number] and report.expired_versions == [0, 1, 2, 3, 4]
     assert superseded in report.removed_files and not (root / superseded).exists()
     assert emptied in report.removed_files and not (root / emptied).exists(), "no kept version lists it"
@@ -287,7 +288,7 @@ def test_debris_is_removed_only_after_the_grace_period(history: History) -> None
     assert fresh_files
 
     before = _sizes(root)
-    report = store.gc()
+    report = store.gc(dry_run=False)
     assert report.expired_versions == []
     assert sorted(report.removed_files) == sorted(debris)
     assert report.removed_bytes == sum(before[path] for path in debris)
@@ -298,9 +299,9 @@ def test_debris_is_removed_only_after_the_grace_period(history: History) -> None
 
     # A grace period shorter than its age does not break its lease; break_leases does.
     _age(root, fresh_files, time.time() - 120)
-    assert store.gc(grace=timedelta(hours=1)).removed_files == []
-    assert store.gc(grace=timedelta(minutes=1)).removed_files == []
-    report = store.gc(grace=timedelta(minutes=1), break_leases=True)
+    assert store.gc(dry_run=False, grace=timedelta(hours=1)).removed_files == []
+    assert store.gc(dry_run=False, grace=timedelta(minutes=1)).removed_files == []
+    report = store.gc(dry_run=False, grace=timedelta(minutes=1), break_leases=True)
     assert sorted(report.removed_files) == sorted(fresh_files)
     _check_kept(root, history.contents, list(range(7)))
 
@@ -310,7 +311,7 @@ def test_a_live_writers_staged_fragment_survives_gc_and_commits(history: History
     _, staged = _stage(store, 900, 25)  # a writer that is still working: fresh files
     staged_files = [path for path in _sizes(root) if path.startswith(layout.fragment(staged.transaction) + "/")]
 
-    report = store.gc(keep_last=1)  # the most aggressive expiry there is, default grace
+    report = store.gc(dry_run=False, keep_last=1)  # the most aggressive expiry there is, default grace
     assert not set(report.removed_files) & set(staged_files)
     assert all((root / path).is_file() for path in staged_files)
 
@@ -344,7 +345,7 @@ def test_gc_older_than_keeps_recent_versions(make_store: Callable[..., litstore.
 
     # A duration: versions created within the last (now - created[3]) + 1 s are kept.
     age = datetime.now(UTC) - created[3] + timedelta(seconds=1)
-    report = store.gc(older_than=age)
+    report = store.gc(dry_run=False, older_than=age)
     assert report.kept_versions == [3, 4]
     assert report.expired_versions == [0, 1, 2]
     _check_kept(root, contents, [3, 4])
@@ -375,7 +376,7 @@ def test_a_writer_behind_gc_does_not_reuse_an_expired_version_number(
     other = litstore.open(root)
     other.append([{"id": "x"}])
     other.append([{"id": "y"}])
-    assert other.gc(keep_last=1).expired_versions == [0, 1, 2]
+    assert other.gc(dry_run=False, keep_last=1).expired_versions == [0, 1, 2]
 
     try:
         committed = writer.append([{"id": "z", "by": "writer"}])
@@ -410,7 +411,7 @@ def test_a_writer_behind_gc_does_not_commit_a_duplicate_key(make_store: Callable
     other.tag("kept")
     other.append([{"id": "x", "by": "other"}])
     other.append([{"id": "y"}])
-    assert other.gc(keep_last=1).expired_versions == [0, 1, 3]
+    assert other.gc(dry_run=False, keep_last=1).expired_versions == [0, 1, 3]
 
     try:
         committed = writer.append([{"id": "x", "by": "writer"}])

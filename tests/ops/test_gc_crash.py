@@ -66,7 +66,7 @@ def _gc(root: str, kill_at: int | None, when: str) -> list[tuple[str, str]]:
     head = litstore.open(root).head()
     killing = KillingStorage(head.storage, kill_at, when)
     store = litstore.Store(litstore.Snapshot(killing, head.config, head.version, head.model))  # type: ignore[arg-type]
-    store.gc(keep_last=1, grace=timedelta(0))
+    store.gc(dry_run=False, keep_last=1, grace=timedelta(0))
     return killing.calls
 
 
@@ -117,12 +117,12 @@ def _check_recovered(root: Path, contents: dict[int, dict[Any, Record]], point: 
     for number in listed:
         assert dict(store.at(number).items()) == contents[number], f"{point}: version {number} reads wrong"
 
-    report = store.gc(keep_last=1)  # the default grace: only the fresh temporary file is young
+    report = store.gc(dry_run=False, keep_last=1)  # the default grace: only the fresh temporary file is young
 
     assert [version.number for version in store.versions()] == [5], point
     assert set(report.expired_versions) == set(listed) - {5}, point
     assert not (root / OLD_TEMPORARY).exists() and (root / FRESH_TEMPORARY).exists() == fresh, point
-    store.gc(grace=timedelta(0))
+    store.gc(dry_run=False, grace=timedelta(0))
     assert not (root / FRESH_TEMPORARY).exists(), point
     for number in range(5):
         with pytest.raises(litstore.VersionNotFoundError):

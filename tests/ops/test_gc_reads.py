@@ -43,14 +43,14 @@ def test_gc_with_nothing_to_remove_reads_no_index_nor_manifest(
     (root / path).write_bytes(b"garbage")
     before = tree_state(root)
 
-    report = litstore.open(root).gc()
+    report = litstore.open(root).gc(dry_run=False)
     assert report.removed_files == [] and report.expired_versions == [] and report.checkpoints_written == []
     assert report.kept_versions == [0, 1, 2, 3]
     assert tree_state(root) == before
 
     if damaged == "index":  # a gc that would remove files reads every index first, and refuses
         with pytest.raises(litstore.IntegrityError, match=path):
-            litstore.open(root).gc(keep_last=1, grace=timedelta(0))
+            litstore.open(root).gc(dry_run=False, keep_last=1, grace=timedelta(0))
         assert tree_state(root) == before
 
 
@@ -58,7 +58,7 @@ def test_gc_reads_the_indexes_when_an_old_chunk_may_go(make_store: Callable[...,
     """Nothing expires, but with no grace every chunk is old enough to go: gc must read which ones are listed."""
     root = _history(make_store)
     store = litstore.open(root)
-    report = store.gc(grace=timedelta(0))
+    report = store.gc(dry_run=False, grace=timedelta(0))
     assert report.expired_versions == []
     assert not any(layout.is_chunk(path) for path in report.removed_files)
     assert litstore.open(root).verify().ok
@@ -66,4 +66,4 @@ def test_gc_reads_the_indexes_when_an_old_chunk_may_go(make_store: Callable[...,
     assert isinstance(indexes, dict)
     (root / str(indexes["train"])).write_bytes(b"garbage")
     with pytest.raises(litstore.IntegrityError):
-        litstore.open(root).gc(grace=timedelta(0))
+        litstore.open(root).gc(dry_run=False, grace=timedelta(0))

@@ -27,7 +27,7 @@ def _record(i: int) -> dict[str, Any]:
 
 def _run_gc(root: str, start: multiprocessing.synchronize.Event) -> None:
     start.wait()
-    litstore.open(root).gc(keep_last=1)
+    litstore.open(root).gc(dry_run=False, keep_last=1)
 
 
 def _tag_all(root: str, start: multiprocessing.synchronize.Event, created: Any) -> None:
@@ -68,7 +68,7 @@ def test_a_tag_created_during_gc_always_protects_its_version(
     for number in tagged:
         assert dict(reopened.at(f"t{number}").items()) == contents[number]
     assert not [path for path, _, _ in reopened.storage.walk(layout.VERSIONS) if ".expiring/" in path]
-    assert reopened.gc(keep_last=1).expired_versions == []  # the tagged ones stay, the rest went already
+    assert reopened.gc(dry_run=False, keep_last=1).expired_versions == []  # the tagged ones stay, the rest went already
     assert reopened.verify().ok
 
 
@@ -77,7 +77,7 @@ def test_a_tag_on_a_version_gc_has_expired_is_undone(tmp_path: Path) -> None:
     store = litstore.Store.create(tmp_path / "s", key="id")
     for i in range(3):
         store.append([_record(i)])
-    store.gc(keep_last=1)
+    store.gc(dry_run=False, keep_last=1)
     with pytest.raises(litstore.VersionNotFoundError):
         store.tags.create("late", 1)
     assert dict(litstore.open(store.root).tags) == {}
@@ -100,5 +100,5 @@ def test_a_tag_waits_for_a_gc_mark_and_is_undone_if_the_mark_stays(
     assert dict(litstore.open(store.root).tags) == {}
     mark.unlink()
     store.tags.create("pinned", 1)
-    assert store.gc(keep_last=1).expired_versions == [0, 2]
+    assert store.gc(dry_run=False, keep_last=1).expired_versions == [0, 2]
     assert store.at("pinned")["k0000"] == _record(0)

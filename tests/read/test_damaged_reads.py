@@ -258,7 +258,7 @@ def test_views_of_expired_versions_are_removed(store: litstore.Store, tmp_path: 
     store.dataset(split=split, views_dir=views)
     old = _view_path(views, store, split).parent
     store.append([_record(i) for i in range(COUNT, COUNT + 5)])
-    store.gc(keep_last=1)
+    store.gc(dry_run=False, keep_last=1)
     assert old.exists()
 
     store.dataset(split=split, views_dir=views)

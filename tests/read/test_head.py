@@ -221,7 +221,7 @@ def test_opening_after_1000_commits_makes_the_calls_it_makes_after_10(
 
 def test_gc_keeps_the_hint_and_counts_no_version_for_it(make_store: MakeStore) -> None:
     store = _store(make_store, commits=4)
-    report = store.gc(keep_last=1, grace=timedelta(0))
+    report = store.gc(dry_run=False, keep_last=1, grace=timedelta(0))
     assert report.kept_versions == [4]
     assert layout.HEAD_HINT not in report.removed_files
     assert store.storage.read(layout.HEAD_HINT) == b"4\n"

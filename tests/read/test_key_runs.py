@@ -66,7 +66,7 @@ def _check_history(
         elif kind == "compact":
             store.compact()
         else:
-            store.gc(keep_last=1)
+            store.gc(dry_run=False, keep_last=1)
         if reopen:
             reader = litstore.Store.open(root, storage_options=options).head().reader
         else:
@@ -285,7 +285,7 @@ def test_a_handle_on_a_version_gc_expired_is_told_to_refresh(tmp_path: Path) -> 
     other = litstore.open(root)
     for rev in range(3):
         other.upsert([_record("j", rev + 1)])
-    other.gc(keep_last=1)
+    other.gc(dry_run=False, keep_last=1)
     with pytest.raises(litstore.VersionNotFoundError, match=r"Store\.refresh\(\)"):
         stale["k"]
     stale.refresh()

@@ -111,7 +111,7 @@ def _exercise(root: Path) -> dict[str, str]:
     attempt("versions", lambda: [litstore.open(root).at(v.number).keys() for v in litstore.open(root).versions()])
     attempt("verify", lambda: litstore.open(root).verify().raise_if_failed())
     attempt("dataset", stream)
-    attempt("gc", lambda: litstore.open(root).gc(keep_last=1, grace=timedelta(0)))
+    attempt("gc", lambda: litstore.open(root).gc(dry_run=False, keep_last=1, grace=timedelta(0)))
     return outcomes
 
 
@@ -312,9 +312,9 @@ def test_gc_never_deletes_through_a_linked_folder(planted: Planted) -> None:
     assert any(name.endswith("chunk-0123456789abcdef0123-0.bin") for name in outside)
 
     with pytest.raises(litstore.UnsafePathError):
-        litstore.open(planted.root).gc(keep_last=1, grace=timedelta(0))
+        litstore.open(planted.root).gc(dry_run=False, keep_last=1, grace=timedelta(0))
     with pytest.raises(litstore.UnsafePathError):
-        litstore.open(planted.root).gc()
+        litstore.open(planted.root).gc(dry_run=False)
 
     assert tree_state(planted.outside) == outside
 

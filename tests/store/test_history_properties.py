@@ -385,7 +385,7 @@ class HistoryMachine(RuleBasedStateMachine):
             store.tag(name, tagged)
             self.tags[name] = tagged
         kept = {self.latest, *self.tags.values(), *sorted(self.kept)[-keep_last:]}
-        report = store.gc(keep_last=keep_last)
+        report = store.gc(dry_run=False, keep_last=keep_last)
         assert sorted(report.expired_versions) == sorted(self.kept - kept)
         for number in self.kept - kept:
             self.pinned.pop(number)

@@ -7,6 +7,7 @@ from collections.abc import Callable
 import pytest
 
 import litstore
+from tests.txn._workers import one_record
 
 
 def test_writes_are_quiet_by_default_and_show_progress_when_asked(
@@ -16,7 +17,7 @@ def test_writes_are_quiet_by_default_and_show_progress_when_asked(
     store.append([{"id": str(i)} for i in range(500)])
     store.upsert([{"id": "1", "v": 1}])
     store.delete(["2"])
-    store.gc()
+    store.gc(dry_run=False)
     quiet = capsys.readouterr()
     assert quiet.out == quiet.err == ""
 
@@ -30,5 +31,17 @@ def test_writes_are_quiet_by_default_and_show_progress_when_asked(
     copying.append([{"id": str(i)} for i in range(500)])
     copying.delete(["3"], progress=True)
     assert "moving records: 499rec" in capsys.readouterr().err
-    store.gc(progress=True, keep_last=1)
+    store.gc(dry_run=False, progress=True, keep_last=1)
     assert "removing unreferenced files" in capsys.readouterr().err
+
+
+def test_ingest_is_quiet_by_default_like_every_other_call(
+    make_store: Callable[..., litstore.Store], capsys: pytest.CaptureFixture[str]
+) -> None:
+    store = make_store(key="id")
+    store.ingest(one_record, range(20), num_workers=0)
+    quiet = capsys.readouterr()
+    assert quiet.out == quiet.err == ""
+    store.ingest(one_record, range(20, 40), num_workers=0, progress=True)
+    assert "ingesting inputs" in capsys.readouterr().err
+    assert len(store) == 40

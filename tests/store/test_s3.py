@@ -226,7 +226,7 @@ def test_gc_on_s3(history: History) -> None:
     store = history.store
     store.tag("first", 1)
     before = _objects(history.endpoint, history.bucket)
-    report = store.gc(keep_last=1)
+    report = store.gc(dry_run=False, keep_last=1)
     assert report.kept_versions == [1, 3]
     assert report.expired_versions == [0, 2]
     after = _objects(history.endpoint, history.bucket)

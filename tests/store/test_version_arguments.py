@@ -6,6 +6,7 @@ import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
+import numpy as np
 import pytest
 
 import litstore
@@ -78,7 +79,7 @@ def test_a_missing_version_names_the_oldest_version_gc_kept(make_any_store: Call
     store = make_any_store(key="id")
     for number in range(4):
         store.append([{"id": str(number)}])
-    store.gc(keep_last=2, grace=timedelta(0))
+    store.gc(dry_run=False, keep_last=2, grace=timedelta(0))
     for asked in (0, 2, 9):
         with pytest.raises(litstore.VersionNotFoundError, match="the oldest version kept is 3 and the latest is 4"):
             store.at(asked)
@@ -96,3 +97,17 @@ def test_negative_numbers_count_back_and_latest_is_the_newest(make_any_store: Ca
     assert store.at("latest").version.number == 1
     with pytest.raises(litstore.VersionNotFoundError, match="pass the int 2"):
         store.at("2")
+
+
+def test_a_version_compares_and_orders_with_ints_as_its_number(make_any_store: Callable[..., litstore.Store]) -> None:
+    store = make_any_store(key="id")
+    first = store.append([_record(1)])
+    second = store.append([_record(2)])
+    assert store.version == 2 and 2 == store.version and store.version != 1  # as Lance's and Delta's int versions
+    assert first < second and first < 2 and 0 < first <= 1 and second >= first and second > 1
+    assert sorted([2, first, 0]) == [0, 1, 2] and max(store.versions()) is not first
+    assert hash(first) == hash(1) and {first: "a"}[1] == "a" and 1 in {first} and first in {1}
+    assert first == np.int64(1) and np.int64(2) == second
+    assert first != True and first != 1.0 and first != "1"  # noqa: E712  (a bool or a float is no version number)
+    assert first == store.at(1).version and first != second  # two Versions: equal when their records are
+    assert isinstance(store.version, litstore.Version) and int(store.version) == 2

@@ -124,7 +124,7 @@ def test_gc_removes_sidecars_with_their_chunks_and_keeps_live_ones(
     store.delete([f"k{i:04d}" for i in range(0, 200, 3)])  # drops chunks, moves their live records
     dropped = {name for version in store.versions() for name in version.dropped_chunks}
     assert dropped
-    report = store.gc(keep_last=1, grace=timedelta(0))
+    report = store.gc(dry_run=False, keep_last=1, grace=timedelta(0))
     removed = set(report.removed_files)
     assert {layout.chunk_hashes(name) for name in dropped} <= removed
     assert dropped <= removed
@@ -140,7 +140,7 @@ def test_gc_removes_a_dead_fragments_sidecars(make_store: Callable[..., litstore
     staged = store.stage([_record(i) for i in range(100, 140)])  # never committed
     prefix = Path(store.root, layout.fragment(staged.transaction))
     assert any(path.suffix == ".hashes" for path in prefix.iterdir())
-    report = store.gc(grace=timedelta(0), break_leases=True)
+    report = store.gc(dry_run=False, grace=timedelta(0), break_leases=True)
     assert not any(path.endswith(".bin") or path.endswith(".hashes") for path in map(str, _walk(prefix)))
     assert any(path.endswith(".hashes") for path in report.removed_files)
 
@@ -155,7 +155,7 @@ def test_a_staged_fragment_with_sidecars_commits_after_gc_left_it(
     """The lease and presence checks of a commit see the sidecars as the fragment's files, not as strangers."""
     store = _format3(make_store)
     staged = store.stage([_record(i) for i in range(60)])
-    store.gc(grace=timedelta(0))  # the lease holds: nothing of the fragment goes
+    store.gc(dry_run=False, grace=timedelta(0))  # the lease holds: nothing of the fragment goes
     store.commit([staged])
     assert _assert_hashes_match_manifest(store)
 

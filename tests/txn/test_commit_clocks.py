@@ -50,6 +50,6 @@ def test_older_than_keeps_versions_a_slow_writer_just_committed(
     for i in range(3):
         store.append([_record(i)])
     monkeypatch.undo()
-    report = store.gc(older_than=timedelta(minutes=5))
+    report = store.gc(dry_run=False, older_than=timedelta(minutes=5))
     assert report.expired_versions == [], "committed seconds ago by the storage's clock"
     assert [version.number for version in store.versions()] == [0, 1, 2, 3]

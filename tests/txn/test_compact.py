@@ -51,7 +51,7 @@ def test_compact_then_write_then_gc(make_store: Callable[..., litstore.Store]) -
     store.compact()
     store.upsert([record(3, rev=7)])
     store.delete(["k0004"])
-    store.gc(keep_last=1)
+    store.gc(dry_run=False, keep_last=1)
     expected = {f"k{i:04d}": record(i, rev=7 if i == 3 else 0) for i in range(60) if i != 4}
     assert dict(litstore.open(store.root).items()) == expected
     assert litstore.open(store.root).verify(expected_keys=expected).ok

@@ -185,7 +185,7 @@ def test_a_worker_that_dies_is_a_typed_error_and_nothing_is_committed(
         path: digest for path, digest in before.items() if not path.startswith(layout.FRAGMENTS + "/")
     }, "only staged fragments may be left behind"
     store.gc(
-        grace=timedelta(0), break_leases=True
+        dry_run=False, grace=timedelta(0), break_leases=True
     )  # what a killed worker had staged is debris of a write that never committed
     assert tree_state(Path(store.root)) == before
 

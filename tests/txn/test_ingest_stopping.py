@@ -122,7 +122,7 @@ def test_ctrl_c_stops_the_workers_and_commits_nothing(
     else:  # killed: at most the fragment it was staging, with its lease (gc's after the lease, or break_leases)
         left = _listing(root) - listed
         assert all(name.startswith(layout.FRAGMENTS + "/") for name in left), left
-        store.gc(grace=timedelta(0), break_leases=True)
+        store.gc(dry_run=False, grace=timedelta(0), break_leases=True)
         assert tree_state(root) == before, "gc removes what a killed worker staged"
 
 
@@ -153,5 +153,7 @@ def test_workers_end_when_their_caller_is_killed(make_store: Callable[..., litst
     time.sleep(0.5)
     assert staged_files() == written, "something still writes fragments"
     assert litstore.open(store.root).version.number == 0
-    store.gc(grace=timedelta(0), break_leases=True)  # the workers' fragments: debris of an ingest never committed
+    store.gc(
+        dry_run=False, grace=timedelta(0), break_leases=True
+    )  # the workers' fragments: debris of an ingest never committed
     assert tree_state(root) == before

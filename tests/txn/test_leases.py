@@ -50,7 +50,7 @@ def test_a_long_job_and_a_routine_gc_commit_a_readable_version(store: litstore.S
     """Staged two hours before its commit (past gc's grace), the fragment is leased: gc leaves it."""
     staged = store.stage([_record(i) for i in range(100, 130)])
     _age(_fragment_files(store, staged), 2 * 3600)
-    report = store.gc()
+    report = store.gc(dry_run=False)
     assert not [path for path in report.removed_files if staged.transaction in path]
     version = store.commit([staged])
     reopened = litstore.open(store.root)
@@ -63,7 +63,7 @@ def test_a_long_job_and_a_routine_gc_commit_a_readable_version(store: litstore.S
 def test_a_fragment_past_its_lease_is_removed_and_its_commit_refused(store: litstore.Store) -> None:
     staged = store.stage([_record(i) for i in range(100, 130)], lease=timedelta(hours=1))
     _age(_fragment_files(store, staged), 2 * 3600)
-    report = store.gc()
+    report = store.gc(dry_run=False)
     assert _fragment_files_or_none(store, staged) == []
     assert any(staged.transaction in path for path in report.removed_files)
     before = tree_state(Path(store.root))
@@ -88,7 +88,7 @@ def test_a_fragment_committed_then_expired_cannot_be_committed_again(store: lits
     staged = store.stage([_record(i) for i in range(100, 110)])
     store.commit([staged])
     store.upsert([_record(i, rev=1) for i in range(100, 110)])  # its chunks leave the version
-    store.gc(keep_last=1)  # and go with the version that listed them
+    store.gc(dry_run=False, keep_last=1)  # and go with the version that listed them
     assert not [path for path in _fragment_files_or_none(store, staged) if path.suffix == ".bin"]
     before = tree_state(Path(store.root))
     with pytest.raises(litstore.StagedFragmentExpiredError):
@@ -120,7 +120,7 @@ def test_a_gc_whose_host_clock_runs_ahead_keeps_a_fresh_fragment(
     staged = store.stage([_record(i) for i in range(100, 130)])
     real_time = time.time
     monkeypatch.setattr(time, "time", lambda: real_time() + 2 * DAY)
-    report = store.gc(grace=timedelta(minutes=1))
+    report = store.gc(dry_run=False, grace=timedelta(minutes=1))
     monkeypatch.undo()
     assert not [path for path in report.removed_files if staged.transaction in path]
     store.commit([staged])
@@ -166,7 +166,7 @@ def test_gc_leaves_a_fragment_a_commit_leased_while_gc_looked(store: litstore.St
     head = store.head()
     proxy = _LeasingOnMark(head.storage)
     collecting = litstore.Store(litstore.Snapshot(proxy, head.config, head.version, head.model))  # type: ignore[arg-type]
-    report = collecting.gc()
+    report = collecting.gc(dry_run=False)
     assert proxy.marked == [staged.transaction]
     assert not [path for path in report.removed_files if path.endswith(".bin") and staged.transaction in path]
     assert not [path for path in _fragment_files(store, staged) if path.name.startswith("doomed-")]
@@ -177,8 +177,8 @@ def test_gc_leaves_a_fragment_a_commit_leased_while_gc_looked(store: litstore.St
 
 def test_break_leases_removes_fresh_debris_and_its_commit_is_refused(store: litstore.Store) -> None:
     staged = store.stage([_record(i) for i in range(100, 110)])
-    assert store.gc(grace=timedelta(0)).removed_files == []
-    report = store.gc(grace=timedelta(0), break_leases=True)
+    assert store.gc(dry_run=False, grace=timedelta(0)).removed_files == []
+    report = store.gc(dry_run=False, grace=timedelta(0), break_leases=True)
     assert any(staged.transaction in path for path in report.removed_files)
     assert not (Path(store.root) / layout.fragment(staged.transaction)).exists()
     with pytest.raises(litstore.StagedFragmentExpiredError):
@@ -206,7 +206,7 @@ def test_a_planted_lease_protects_only_its_own_fragment_and_not_forever(store: l
     planted = Path(store.root) / layout.lease(staged.transaction, "f" * 20)
     planted.write_bytes(b'{"seconds": 1e30, "not": "a lease"}')
     _age(_fragment_files(store, staged), 2 * DAY)
-    report = store.gc()
+    report = store.gc(dry_run=False)
     assert any(staged.transaction in path for path in report.removed_files)
 
 

@@ -9,6 +9,7 @@ fingerprint, the same verdicts naming the same positions.
 from __future__ import annotations
 
 import datetime
+import decimal
 import string
 from collections.abc import Iterator
 from pathlib import Path
@@ -100,7 +101,7 @@ def test_upsert_takes_a_table(tmp_path: Path) -> None:
             [2],
         ),
         ([{"id": "a", "split": "train"}, {"id": "b", "split": "holdout"}], litstore.SplitError, [1]),
-        ([{"id": "a", "split": "train", "when": datetime.datetime(2024, 1, 1)}], litstore.SchemaError, [0]),
+        ([{"id": "a", "split": "train", "price": decimal.Decimal("1.50")}], litstore.SchemaError, [0]),
     ],
 )
 def test_a_bad_table_is_refused_like_the_same_dicts(
@@ -225,3 +226,10 @@ def test_a_field_name_of_a_str_subclass_in_a_later_record_is_refused_as_record_b
     with pytest.raises(litstore.SchemaError) as one_by_one:
         _store(tmp_path / "b").append(_one_by_one(records))
     assert column_wise.value.culprits == one_by_one.value.culprits == [(3, "k00003")]
+
+
+def test_a_timestamp_column_is_stored_as_datetimes(tmp_path: Path) -> None:
+    store = _store(tmp_path / "s")
+    when = datetime.datetime(2024, 1, 1, 12, tzinfo=datetime.UTC)
+    store.append(pa.Table.from_pylist([{"id": "a", "split": "train", "when": when, "day": when.date()}]))
+    assert store["a"]["when"] == when and store["a"]["day"] == datetime.date(2024, 1, 1)

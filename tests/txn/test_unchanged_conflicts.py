@@ -83,7 +83,7 @@ def test_after_gc_expired_newer_versions_refresh_lets_the_write_through(tmp_path
     b = litstore.open(root)
     for value in range(3):
         b.upsert([{"id": "j", "v": value + 1}])
-    b.gc(keep_last=1)
+    b.gc(dry_run=False, keep_last=1)
     with pytest.raises(litstore.ConflictError, match=r"Store\.refresh\(\)"):
         a.upsert([{"id": "k", "v": 0}])
     a.refresh()

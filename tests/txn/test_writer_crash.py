@@ -316,7 +316,7 @@ def _check_recovered(root: str, point: KillPoint) -> None:
     assert reopened.get_many(["k900", "k901"]) == [_record(900), _record(901)]
 
     # gc with no grace removes every file of the dead writer, and nothing a version needs.
-    reopened.gc(grace=timedelta(0), break_leases=True)
+    reopened.gc(dry_run=False, grace=timedelta(0), break_leases=True)
     stored = {path for path, _, _ in reopened.storage.walk("fragments")}
     listed = {
         chunk.filename
@@ -379,9 +379,9 @@ def test_killed_writer_debris_is_never_part_of_a_version(
     assert store.version.number == 1
     listed = {chunk.filename for split in store.chunks().values() for chunk in split}
     assert not debris & listed
-    report = store.gc()  # fresh debris is within the grace period: kept
+    report = store.gc(dry_run=False)  # fresh debris is within the grace period: kept
     assert not set(report.removed_files) & debris
-    report = store.gc(grace=timedelta(0), break_leases=True)
+    report = store.gc(dry_run=False, grace=timedelta(0), break_leases=True)
     assert debris <= set(report.removed_files)
     assert not debris & {path for path, _, _ in store.storage.walk("fragments")}
     assert store.verify(expected_keys=BASE).ok

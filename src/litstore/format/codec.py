@@ -11,6 +11,13 @@ same record always gives the same bytes and therefore the same content hash:
 - numpy arrays and scalars keep dtype, shape and bytes; torch tensors keep dtype,
   shape and bytes (they come back on the CPU, without autograd history);
 - ints outside MessagePack's 64-bit range keep their exact value;
+- ``datetime`` (naive or aware) and ``date`` keep every field (``fold`` included); an
+  aware datetime's tzinfo is kept as its UTC offset, so a named zone (``zoneinfo``,
+  ``pytz``) comes back as the ``datetime.timezone`` of the offset it had then (the same
+  instant and wall time, equal under ``==``). Subclasses (``pandas.Timestamp``) store
+  as a plain ``datetime``, unless they hold nanoseconds it cannot;
+- ``set`` and ``frozenset`` come back as what they were; their items are stored sorted
+  by their encoding, so the order a set iterates in never changes the hash;
 - litdata media values (``litdata.Image`` and friends) are stored with litdata's own
   serializer and come back decoded exactly as litdata's ``StreamingDataset`` decodes
   them (an ``Image`` comes back as a ``uint8`` tensor). This module stores such a
@@ -40,6 +47,7 @@ import math
 import sys
 import threading
 from collections.abc import Iterable, Sequence
+from datetime import date, datetime, timedelta, timezone
 from typing import Any, Protocol
 
 import msgpack
@@ -55,6 +63,12 @@ _NPSCALAR = 3
 _TENSOR = 4
 _BIGINT = 5
 _MEDIA = 6
+# (10 onwards: added in format 4's lifetime; stores written before hold none, so they read as they did.)
+_DATETIME = 10
+_DATE = 11
+_SET = 12
+_FROZENSET = 13
+_MICROSECOND = timedelta(microseconds=1)
 
 _INT_MIN = -(2**63)
 _UINT_MAX = 2**64 - 1
@@ -191,6 +205,14 @@ def _canonical(value: Any, path: str, depth: int = 0) -> Any:
     torch = sys.modules.get("torch")  # a tensor exists only if torch was imported
     if torch is not None and isinstance(value, torch.Tensor):
         return msgpack.ExtType(_TENSOR, _pack(_tensor_body(torch, value, path)))
+    if isinstance(value, datetime):
+        return msgpack.ExtType(_DATETIME, _pack(_datetime_body(value, path)))
+    if isinstance(value, date):
+        return msgpack.ExtType(_DATE, _pack([value.year, value.month, value.day]))
+    if isinstance(value, (set, frozenset)):
+        _check_depth(value, path, depth)
+        code = _FROZENSET if isinstance(value, frozenset) else _SET
+        return msgpack.ExtType(code, _set_body(value, f"{path}{{}}", depth + 1))
     if isinstance(value, (bytearray, memoryview)):
         return bytes(value)
     if isinstance(value, dict):
@@ -221,6 +243,24 @@ def _bigint(value: int, path: str) -> msgpack.ExtType:
     if not text or len(text.lstrip("-")) > _BIGINT_MAX_DIGITS:
         raise UnsupportedValueError(path, value, f"ints of more than {_BIGINT_MAX_DIGITS} digits cannot be stored")
     return msgpack.ExtType(_BIGINT, text.encode())
+
+
+def _datetime_body(value: datetime, path: str) -> list[Any]:
+    """The fields of ``value``, its UTC offset last in microseconds (``None``: naive)."""
+    if getattr(value, "nanosecond", 0):
+        raise UnsupportedValueError(path, value, "a datetime with nanoseconds cannot be stored exactly")
+    offset = value.utcoffset()
+    if value.tzinfo is not None and offset is None:
+        raise UnsupportedValueError(path, value, f"its tzinfo {value.tzinfo!r} gives no UTC offset")
+    fields = [value.year, value.month, value.day, value.hour, value.minute, value.second, value.microsecond]
+    return [*fields, value.fold, None if offset is None else offset // _MICROSECOND]
+
+
+def _set_body(value: set[Any] | frozenset[Any], path: str, depth: int) -> bytes:
+    """The items of ``value`` as a MessagePack array, sorted by their canonical bytes."""
+    items = sorted(_pack(_canonical(item, path, depth)) for item in value)
+    header: bytes = msgpack.Packer().pack_array_header(len(items))
+    return header + b"".join(items)
 
 
 def _tensor_body(torch: Any, value: Any, path: str) -> list[Any]:
@@ -290,15 +330,22 @@ _nesting = _Nesting()
 
 
 def _ext_hook(code: int, data: bytes) -> Any:
-    if code == _TUPLE:
+    if code == _TUPLE or code == _SET or code == _FROZENSET:
         depth = _nesting.depth
         if depth >= MAX_DEPTH:
-            raise ValueError(f"tuples nested more than {MAX_DEPTH} deep")
+            raise ValueError(f"tuples or sets nested more than {MAX_DEPTH} deep")
         _nesting.depth = depth + 1
         try:
-            return tuple(_unpack(data))
+            return tuple(_unpack(data)) if code == _TUPLE else _set(data, frozen=code == _FROZENSET)
         finally:
             _nesting.depth = depth
+    if code == _DATETIME:
+        return _datetime(*_body(data, 9))
+    if code == _DATE:
+        year, month, day = _body(data, 3)
+        if not type(year) is type(month) is type(day) is int:
+            raise ValueError("a date whose fields are not ints")
+        return date(year, month, day)
     if code == _NDARRAY:
         return _ndarray(*_body(data, 3))
     if code == _NPSCALAR:
@@ -323,6 +370,41 @@ def _ext_hook(code: int, data: bytes) -> Any:
             raise ValueError(f"a {data_format!r} media value, and no media codec is installed")
         return stored_media.remember(_media_codec.decode(data_format, raw), Media(data_format, raw), _fingerprint)
     raise ValueError(f"unknown extension type {code} in stored record")
+
+
+def _datetime(*fields: Any) -> datetime:
+    """The datetime stored as ``fields`` (see :func:`_datetime_body`)."""
+    *parts, offset = fields
+    if any(type(part) is not int for part in parts) or (offset is not None and type(offset) is not int):
+        raise ValueError("a datetime whose fields are not ints")
+    year, month, day, hour, minute, second, microsecond, fold = parts
+    zone = None if offset is None else timezone(timedelta(microseconds=offset))
+    return datetime(year, month, day, hour, minute, second, microsecond, tzinfo=zone, fold=fold)
+
+
+def _set(data: bytes, frozen: bool) -> set[Any] | frozenset[Any]:
+    """The set stored as ``data``: one array of distinct items in the order of their bytes, and nothing after it."""
+    unpacker = msgpack.Unpacker(max_buffer_size=max(len(data), 1), **_UNPACK_OPTIONS)
+    unpacker.feed(data)
+    items, encodings = [], []
+    try:
+        count = unpacker.read_array_header()
+        start = unpacker.tell()
+        for _ in range(count):
+            items.append(unpacker.unpack())
+            end = unpacker.tell()
+            encodings.append(data[start:end])
+            start = end
+    except msgpack.OutOfData:
+        raise ValueError("a set cut short") from None
+    if start != len(data):
+        raise ValueError("a set followed by other bytes")
+    if encodings != sorted(encodings):
+        raise ValueError("a set whose items are not in canonical order")
+    result = frozenset(items) if frozen else set(items)  # TypeError for an unhashable item
+    if len(result) != count:
+        raise ValueError("a set that lists an item twice")
+    return result
 
 
 def _body(data: bytes, length: int) -> list[Any]:

@@ -243,31 +243,42 @@ class StoreConfig(_Frozen):
         return self.format_version >= 5
 
 
-#: Units a size may be given in: litdata's decimal ones ("64MB", as its ``chunk_bytes``), and binary ones.
+#: Units a size may be given in: binary ones ("64MiB"), then litdata's own decimal ones ("64MB", as its
+#: ``chunk_bytes``), in the order litdata tries them (``litdata.utilities.format._FORMAT_TO_RATIO``).
 _SIZE_UNITS = {
     "tib": 1024**4, "gib": 1024**3, "mib": 1024**2, "kib": 1024,
     "tb": 1000**4, "gb": 1000**3, "mb": 1000**2, "kb": 1000,
     "t": 1000**4, "g": 1000**3, "m": 1000**2, "k": 1000, "b": 1,
 }  # fmt: skip
-_SIZE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([a-z]*)\s*")
 
 
 def size_in_bytes(value: object, name: str = "chunk_bytes") -> object:
     """``value`` as a whole number of bytes if it is a size written with a unit (``"64MB"``, litdata's
     form, decimal; ``"64MiB"``, binary); anything else as it is, for the caller's own checks.
 
+    A text is read as litdata's ``_convert_bytes_to_int`` reads it (case and surrounding
+    spaces ignored, the number as ``float`` reads it, the bytes rounded down), so every
+    size litdata takes means the same here; binary units are litstore's own.
+
     Raises:
-        InvalidArgumentError: a text that is not a number with one of the units.
+        InvalidArgumentError: a text that is not a number with one of the units, or not a positive size.
     """
     if not isinstance(value, str):
         return value
-    found = _SIZE.fullmatch(value.lower())
-    if found is None or found.group(2) not in _SIZE_UNITS:
+    text = value.lower().strip()
+    unit = next((unit for unit in _SIZE_UNITS if text.endswith(unit)), None)
+    size = 0
+    if unit is not None:
+        try:
+            size = int(float(text[: -len(unit)]) * _SIZE_UNITS[unit])
+        except (ValueError, OverflowError):  # not a number, NaN or infinite
+            size = 0
+    if size <= 0:
         raise InvalidArgumentError(
-            f"{name}: must be a size with a unit such as '64MB' or '64MiB' (units "
+            f"{name}: must be a positive size with a unit such as '64MB' or '64MiB' (units "
             f"{', '.join(sorted(_SIZE_UNITS))}) or a whole number of bytes, got {value!r}"
         )
-    return int(float(found.group(1)) * _SIZE_UNITS[found.group(2)])
+    return size
 
 
 def check_chunk_bytes(value: int, name: str = "chunk_bytes") -> None:
@@ -463,6 +474,46 @@ class Version(_Frozen):
 
     def __index__(self) -> int:
         return self.number
+
+    # A Version compares with an int as its number (``store.version == 4``, as Lance's and
+    # Delta's int versions do) and orders with ints and Versions by number; two Versions
+    # are equal when their commit records are. Hashing the number keeps both consistent.
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Version):
+            return super().__eq__(other)
+        number = _plain_int(other)
+        return NotImplemented if number is None else self.number == number  # type: ignore[return-value]
+
+    def __hash__(self) -> int:
+        return hash(self.number)
+
+    def __lt__(self, other: object) -> bool:
+        number = _number_of(other)
+        return NotImplemented if number is None else self.number < number  # type: ignore[return-value]
+
+    def __le__(self, other: object) -> bool:
+        number = _number_of(other)
+        return NotImplemented if number is None else self.number <= number  # type: ignore[return-value]
+
+    def __gt__(self, other: object) -> bool:
+        number = _number_of(other)
+        return NotImplemented if number is None else self.number > number  # type: ignore[return-value]
+
+    def __ge__(self, other: object) -> bool:
+        number = _number_of(other)
+        return NotImplemented if number is None else self.number >= number  # type: ignore[return-value]
+
+
+def _plain_int(value: object) -> int | None:
+    """``value`` as an int if it is a whole number that is not a bool, else ``None``."""
+    if isinstance(value, numbers.Integral) and not isinstance(value, (bool, np.bool_)):
+        return int(value)
+    return None
+
+
+def _number_of(value: object) -> int | None:
+    """The version number ``value`` stands for in an ordering: a Version's, or a plain int; else ``None``."""
+    return value.number if isinstance(value, Version) else _plain_int(value)
 
 
 def check_message(message: object) -> str | None:

@@ -160,7 +160,7 @@ def collect(
     keep_last: int | None = None,
     older_than: timedelta | datetime | None = None,
     *,
-    dry_run: bool = False,
+    dry_run: bool = True,
     grace: timedelta | None = None,
     break_leases: bool = False,
     progress: bool = False,

@@ -282,6 +282,18 @@ class VersionReader:
                 return record
         return None
 
+    def places(self, key: object) -> list[tuple[str, int]]:
+        """``(chunk, row)`` where the record with ``key`` may be: the key index's entries with its hash, normally
+        one (none: not in this version). Nothing is read from the chunks; check the key of what is read there."""
+        key = hashing.normalize_key(key)
+        if not hashing.is_key(key, self._config.key_type):
+            return []
+        found = self.located([key])  # type: ignore[list-item]
+        if found is not None:
+            return list(zip(found.column("chunk").to_pylist(), found.column("row").to_pylist(), strict=True))
+        index = self.key_index()
+        return [index.location(position) for position in index.positions(hashing.key_hash(key))]  # type: ignore[arg-type]
+
     def _keyless(self, chunk: str, row: int) -> IntegrityError:
         """The error for a record without the key field: every record holds its key, so the config names another."""
         return IntegrityError(
