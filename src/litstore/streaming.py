@@ -76,6 +76,7 @@ from litdata.streaming.cache import Cache
 from litdata.streaming.sampler import ChunkedIndex
 from litdata.utilities.env import _WorkerEnv
 
+from litstore import order as order_module
 from litstore import stream_state
 from litstore._litdata.downloader import allow_plain_http_s3, download_fault
 from litstore._litdata.index import ChunkInfo, index_document, parse_index_document
@@ -107,6 +108,10 @@ _VIEW_PATHS = ("input_dir_path", "cache_dir_path")
 
 
 _STREAMING_NEXT = StreamingDataset.__next__
+#: ``order=``: litdata's own (depends on the world size), or the global order of :mod:`litstore.order`.
+_ORDERS = ("litdata", "global")
+#: The state entry of a global-order stream: what else fixes its sequence (see :mod:`litstore.order`).
+_ORDER_KEY = "litstore_order"
 
 
 def open_dataset(
@@ -453,10 +458,24 @@ class VersionDataset(StreamingDataset):
         opener: Callable[[], Any] | None = None,
         keys_file: Path | None = None,
         check_ranks: bool = True,
+        order: str = "litdata",
         **kwargs: Any,
     ) -> None:
         if check_ranks:
             check_rank_detection()
+        if order not in _ORDERS:
+            raise InvalidArgumentError(f"order is one of {list(_ORDERS)}, got {order!r}")
+        if order == "global" and chunk_root is None:
+            raise InvalidArgumentError(
+                "order='global' streams local stores only: remote chunks go through litdata's downloader, which "
+                "fetches each worker's chunks in litdata's own order; stream this store with the default order"
+            )
+        self.order = order
+        if order == "global" and kwargs.get("drop_last") is None:
+            kwargs["drop_last"] = True  # the same at every world size (litdata's default depends on it)
+        self._order_start = 0  # global order: the cursor in the epoch's sequence this pass starts at
+        self._order_epoch = 1  # global order: the epoch the loader streams (litdata counts its own)
+        self._worker_stream: order_module.WorkerStream | None = None
         self._plain_http = plain_http
         self._endpoint = endpoint  # where a remote stream downloads chunks from (errors name it)
         self._opener = opener  # opens the version's Snapshot (picklable); for dataset[key]
@@ -516,6 +535,7 @@ class VersionDataset(StreamingDataset):
         state["_expected"] = state["_keys"] = state["_decoded"] = state["_check"] = None
         state["_live_rows"] = state["_snapshot"] = state["_key_positions"] = None
         state["_decoded_index"] = state["_live_index"] = -1
+        state["_worker_stream"] = None  # a generator: each worker makes its own in __iter__
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -653,6 +673,8 @@ class VersionDataset(StreamingDataset):
     # download that failed (the storage client's error is in the chain) is a StorageError,
     # never damage. A plain try costs nothing per item.
     def __iter__(self) -> VersionDataset:
+        if self.order == "global":
+            return self._iter_global()
         try:
             super().__iter__()
         except (LitstoreError, StopIteration):
@@ -662,6 +684,8 @@ class VersionDataset(StreamingDataset):
         return self
 
     def __next__(self) -> Any:
+        if self._worker_stream is not None:
+            return self._transformed(next(self._worker_stream))
         upcoming = self.upcoming_indexes
         if upcoming and self.has_triggered_download and self._chunk_storage is not None:
             if self.global_index < self.stop_length:
@@ -707,6 +731,14 @@ class VersionDataset(StreamingDataset):
 
     def _decode(self, chunk_index: int) -> DecodedChunk:
         """Map local chunk ``chunk_index`` for decoding (see :mod:`litstore.read.decoded`), releasing the last one."""
+        self._decoded = None  # release the previous chunk before mapping the next
+        chunk = self._decoded = self._decoded_chunk(chunk_index)
+        self._decoded_index = chunk_index
+        self._decoded_start = self._litdata_starts[chunk_index]
+        return chunk
+
+    def _decoded_chunk(self, chunk_index: int, rows: np.ndarray | None = None) -> DecodedChunk:
+        """Local chunk ``chunk_index`` mapped for decoding its ``rows`` (increasing; default: its live rows)."""
         live = self._live(chunk_index)
         expected: bytes | memoryview | None = None
         if self._records_file is not None:
@@ -723,11 +755,10 @@ class VersionDataset(StreamingDataset):
         elif self._chunk_hashes is not None:
             expected = self._hashes_of(chunk_index)
         name = self._files[chunk_index]
-        self._decoded = None  # release the previous chunk before mapping the next
         assert self._chunk_storage is not None
         mapped = self._chunk_storage.mapped(name)
         try:
-            chunk = self._decoded = DecodedChunk(mapped, name, expected, self._record_check(), live)
+            chunk = DecodedChunk(mapped, name, expected, self._record_check(), live if rows is None else rows)
         except IntegrityError as exc:  # a damaged header: named as when litdata's reader finds it
             raise _damaged_chunk(self.identity, exc) from exc
         if chunk.row_count != self._stored[chunk_index]:
@@ -735,8 +766,6 @@ class VersionDataset(StreamingDataset):
                 f"chunk {name} holds {chunk.row_count} items; its split index lists {self._stored[chunk_index]}: the "
                 "chunk or the version's index is damaged; store.verify() lists every damaged record"
             )
-        self._decoded_index = chunk_index
-        self._decoded_start = self._litdata_starts[chunk_index]
         return chunk
 
     def _checked(self, item: bytes, chunk_index: int, position: int, row: int) -> Any:
@@ -786,11 +815,76 @@ class VersionDataset(StreamingDataset):
         self._expected = memoryview(contents.buffers()[1]).cast("B")[start : start + 16 * len(contents)]
         self._keys = table.column("key")
 
+    # -- the global order (order="global", see litstore.order) --------------------------
+    # litdata's sampling, workers' chunks and resume are replaced; its loader, its state's
+    # entries and its checks of them are kept. The state's ``sample_in_epoch`` is the cursor
+    # in the epoch's sequence and ``resume_mode`` is "elastic", so that StreamingDataLoader
+    # resumes it on any topology: its own counts restart from zero, and so does the cursor's
+    # count of batches.
+
+    def _share(self, num_workers: int, worker: int, batch_size: int | None = None) -> order_module.Share:
+        return order_module.Share(
+            total=self._litdata_starts[-1],
+            start=self._order_start,
+            world_size=self.distributed_env.world_size,
+            rank=self.distributed_env.global_rank,
+            num_workers=num_workers,
+            worker=worker,
+            batch_size=batch_size or self.batch_size,
+            drop_last=self.drop_last,
+        )
+
+    def _iter_global(self) -> VersionDataset:
+        forced = getattr(self, "_forced_worker_env", None)
+        self.worker_env = forced if forced is not None else _WorkerEnv.detect()
+        sizes = np.diff(self._litdata_starts)
+        sequence = order_module.GlobalOrder(sizes, self.seed, self._order_epoch, self.shuffle)
+        share = self._share(self.worker_env.world_size, self.worker_env.rank)
+        self._worker_stream = order_module.WorkerStream(sequence, share, self._decode_items)
+        return self
+
+    def _decode_items(self, chunk_index: int, items: np.ndarray) -> DecodedChunk:
+        """Local chunk ``chunk_index`` to decode its live ``items`` (increasing), numbered 0.. in that order."""
+        live = self._live(chunk_index)
+        return self._decoded_chunk(chunk_index, items if live is None else live[items])
+
+    def get_len(self, num_workers: int, batch_size: int) -> int:
+        if self.order != "global":
+            return int(super().get_len(num_workers, batch_size))
+        self.set_num_workers(num_workers)
+        self.set_batch_size(batch_size)
+        return int(self._share(1, 0).rank_items)
+
+    def set_epoch(self, current_epoch: int) -> None:
+        super().set_epoch(current_epoch)
+        self._order_epoch = current_epoch
+
+    def reset_state_dict(self) -> None:
+        super().reset_state_dict()
+        self._order_start = 0
+
+    def _order_entry(self) -> dict[str, Any] | None:
+        if self.order != "global":
+            return None
+        return {
+            "order": "global",
+            "window_chunks": order_module.WINDOW_CHUNKS,
+            "block_items": order_module.BLOCK_ITEMS,
+            "run_items": order_module.RUN_ITEMS,
+        }
+
     def state_dict(self, num_samples_yielded: int, num_workers: int, batch_size: int) -> dict[str, Any]:
         state: dict[str, Any] = dict(super().state_dict(num_samples_yielded, num_workers, batch_size))
         for entry in _VIEW_PATHS:
             state[entry] = None
         state[_STATE_KEY] = self.identity
+        if self.order == "global":
+            batches = num_samples_yielded // batch_size  # the loader counts batches, each as batch_size samples
+            state["sample_in_epoch"] = self._share(1, 0, batch_size).consumed(batches)
+            state["num_samples_yielded"] = 0
+            state["current_epoch"] = self._order_epoch
+            state["resume_mode"] = "elastic"
+            state[_ORDER_KEY] = self._order_entry()
         return state
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
@@ -808,11 +902,22 @@ class VersionDataset(StreamingDataset):
                 f"this loader state was saved while streaming {_describe(saved)}; "
                 f"it cannot resume a dataset over {_describe(self.identity)}"
             )
+        saved_order = state_dict.get(_ORDER_KEY)
+        if saved_order != self._order_entry():
+            saved_name = saved_order.get("order") if isinstance(saved_order, dict) else saved_order
+            raise StreamStateError(
+                f"this loader state was saved streaming in order {saved_name or 'litdata'!r} "
+                f"({saved_order!r}); this dataset streams in order {self.order!r}: make the dataset with the "
+                "order= it was saved with to resume from it"
+            )
         # The state binds to (store, version, split, fingerprint), checked above; litdata
         # would also compare the view's path, which differs between runs.
-        state = stream_state.check(state_dict, self, _STATE_KEY)
+        state = stream_state.check({k: v for k, v in state_dict.items() if k != _ORDER_KEY}, self, _STATE_KEY)
         state["input_dir_path"] = self.input_dir.path
         state["cache_dir_path"] = self.cache_dir.path
+        if self.order == "global":
+            self._order_start = state["sample_in_epoch"]
+            self._order_epoch = state["current_epoch"]
         super().load_state_dict(state)
 
 
