@@ -1,6 +1,7 @@
 """Streaming benchmark: a pinned litstore version against plain litdata over the same chunks, and diff time.
 
-Run it with ``python benchmarks/bench_stream.py [--n 100000] [--diff-n 1000000] [--skip-diff] [--keep DIR]``.
+Run it with ``python benchmarks/bench_stream.py [--n 100000] [--diff-n 1000000] [--skip-diff] [--keep DIR]``;
+``--order`` times only one shuffled epoch in ``order="global"`` against litdata's shuffle (target >= 0.9x).
 
 Streaming. ``--n`` records (``id``, an int ``label``, a ``--payload``-byte random
 ``payload``) are appended to a fresh store in ``--batches`` batches: that is the
@@ -73,6 +74,7 @@ SPLIT = "train"  # splits=None gives one split, "train"
 
 STREAM_RATIO_MIN = 0.95  # litstore samples/s over litdata+decode samples/s, full version
 DELETED_RATIO_MIN = 0.90  # the same, on the version that deleted 5% at random
+ORDER_RATIO_MIN = 0.90  # global order samples/s over litdata's shuffle samples/s (--order)
 DIFF_MAX_S = 1.0
 DELETE_FRACTION = 0.05
 SUBSET_WHERE = "label < 100"  # labels are uniform in [0, 1000): a 10% subset
@@ -326,6 +328,53 @@ def bench_streaming(directory: Path, args: argparse.Namespace) -> list[list[str]
     return rows
 
 
+def bench_order(directory: Path, args: argparse.Namespace) -> list[list[str]]:
+    """Samples/s of one shuffled epoch in the global order (``order="global"``) against litdata's shuffle."""
+    print(f"order: {args.n:,} records of {args.payload} B payload, chunk_bytes {mib(args.chunk_bytes)}", flush=True)
+    store_root = directory / "order-store"
+    build_stream_store(store_root, args.n, args.payload, args.batches, args.chunk_bytes)
+    version = litstore.open(store_root).version
+    warm_page_cache(chunk_files(litstore.open(store_root), version))
+    makers: dict[str, Callable[[], StreamingDataset]] = {
+        "litdata shuffle": lambda: litstore.open(store_root).dataset(split=SPLIT, shuffle=True, seed=SEED),
+        "global order": lambda: litstore.open(store_root).dataset(
+            split=SPLIT, shuffle=True, seed=SEED, order="global", drop_last=False
+        ),
+    }
+    names = list(makers)
+    rows = []
+    for workers in args.workers:
+        best = {name: Best(name) for name in names}
+        for round_number in range(args.rounds):
+            shift = round_number % len(names)
+            for name in names[shift:] + names[:shift]:
+                run = epoch(makers[name], workers, args.batch_size, name)
+                if run.samples != version.total:
+                    raise AssertionError(f"{name} yielded {run.samples} samples, expected {version.total}")
+                print(
+                    f"    workers={workers} round {round_number + 1}: {name:<15} {run.rate:>10,.0f} samples/s "
+                    f"(epoch {run.epoch_s:.2f} s, cpu {run.cpu_s:.2f} s, setup {run.setup_s * 1e3:.0f} ms)",
+                    flush=True,
+                )
+                best[name].add(run)
+        ours, baseline = best["global order"], best["litdata shuffle"]
+        ratio, cpu_ratio = ours.rate / baseline.rate, ours.cpu_rate / baseline.cpu_rate
+        rows.append(
+            [
+                f"{version.total:,}",
+                str(workers),
+                f"{ours.rate:,.0f}",
+                f"{baseline.rate:,.0f}",
+                f"{ratio:.3f}x",
+                f"{cpu_ratio:.3f}x",
+                f">= {ORDER_RATIO_MIN:.2f}x",
+                verdict(ratio >= ORDER_RATIO_MIN),
+                verdict(cpu_ratio >= ORDER_RATIO_MIN),
+            ]
+        )
+    return rows
+
+
 def bench_subset(store_root: Path, version: litstore.Version, plain: Path, args: argparse.Namespace) -> list[list[str]]:
     """Samples/s of a 10% subset (``where=SUBSET_WHERE``) against the whole split, and of litdata holes.
 
@@ -460,6 +509,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--skip-diff", action="store_true")
     parser.add_argument("--skip-stream", action="store_true")
     parser.add_argument("--keep", help="work in this (new or empty) directory and keep it")
+    parser.add_argument(
+        "--order", action="store_true", help="only time the global order against litdata's shuffle (one epoch each)"
+    )
     return parser.parse_args(argv)
 
 
@@ -468,6 +520,12 @@ def main(argv: list[str]) -> int:
     print(f"python {sys.version.split()[0]}, litstore {litstore.__version__}, {os.cpu_count()} CPUs", flush=True)
     with workdir(args.keep, "litstore-bench-stream-") as directory:
         os.environ["LITSTORE_VIEWS"] = str(directory / "views")
+        if args.order:
+            order_rows = bench_order(directory, args)
+            print()
+            header = ["records", "workers", "global/s", "shuffle/s", "ratio", "cpu ratio", "target", "wall", "cpu"]
+            print_table(header, order_rows)
+            return 1 if any(row[-2] == "FAIL" for row in order_rows) else 0
         stream_rows_ = [] if args.skip_stream else bench_streaming(directory, args)
         diff_rows = [] if args.skip_diff else bench_diff(directory, args.diff_n)
         if args.keep is None:

@@ -307,6 +307,9 @@ class Snapshot:
                 :mod:`litstore.streaming`); default ``$LITSTORE_VIEWS``, else the temp directory.
             where: stream only the records whose manifest row matches this condition.
             keys: stream only the records with these keys.
+            order (keyword): ``"litdata"`` (default, litdata's own order) or ``"global"``: one
+                sequence of global batches whatever the world size and worker count, and loader
+                states that resume exactly at any of them (local stores; see :mod:`litstore.order`).
             check_ranks (keyword): ``False`` turns off the guard against a distributed job
                 whose ranks litdata cannot see (``WORLD_SIZE`` > 1 from torchrun or SLURM, but no
                 process group yet and no ``GLOBAL_RANK``: every rank would stream the same

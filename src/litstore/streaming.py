@@ -845,6 +845,8 @@ class VersionDataset(StreamingDataset):
 
     def _decode_items(self, chunk_index: int, items: np.ndarray) -> DecodedChunk:
         """Local chunk ``chunk_index`` to decode its live ``items`` (increasing), numbered 0.. in that order."""
+        if len(items) == self._litdata_starts[chunk_index + 1] - self._litdata_starts[chunk_index]:
+            return self._decoded_chunk(chunk_index)  # every live item (items is 0..n-1): the plain block path
         live = self._live(chunk_index)
         return self._decoded_chunk(chunk_index, items if live is None else live[items])
 
