@@ -42,6 +42,7 @@ LAYERS: dict[str, int] = {
     "ops": 7,
     "streaming": 7,
     "stream_state": 7,
+    "order": 7,  # the world-size-independent training order (pure numpy)
     "export": 7,
     "tags": 7,
     "ingest": 7,
