@@ -44,6 +44,7 @@ LAYERS: dict[str, int] = {
     "stream_state": 7,
     "export": 7,
     "tags": 7,
+    "branches": 7,
     "ingest": 7,
     "store": 8,
     "litstore": 9,  # the package itself: the public names
