@@ -16,6 +16,7 @@
     tags/<name>.json                                Tag: a name for a version
     branches/<b>/branch.json                        Branch: where branch b starts (base line, version)
     branches/<b>/versions/<v>.json                  branch b's own commit records (v above its start)
+    branches/<b>/versions/<v>-<txn>/<split>/...     and split indexes
     branches/<b>/versions/head.hint, turn.claim     as versions/ has them, for branch b
     branches/<b>/tags/<name>.json                   branch b's tags
 

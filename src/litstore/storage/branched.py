@@ -1,19 +1,20 @@
 """A branch of a store seen as a store: a :class:`Storage` that puts the branch's commit records where they belong.
 
 A branch ``b`` made from version ``F`` of its base line (``main``, or another branch)
-shares every data file with the store (chunks, manifests, key runs, deletion vectors,
-split indexes: names unique store-wide by their transaction id) and has only its own
-line of commit records::
+shares every data file with the store (chunks, manifests, key runs, deletion vectors:
+names unique store-wide by their transaction id) and keeps what ``versions/`` holds of
+its own versions under its own directory::
 
     branches/<b>/branch.json                    Branch: base line and from_version F
     branches/<b>/versions/<n>.json              b's version n, for n > F
     branches/<b>/versions/head.hint             b's head hint
     branches/<b>/versions/turn.claim            b's advisory commit claim
     branches/<b>/versions/<n>.expiring/...      gc's marks on b's version n
+    branches/<b>/versions/<n>-<txn>/<split>/... the split indexes of b's version n
     branches/<b>/tags/<name>.json               b's tags
 
-:class:`BranchStorage` maps those paths: ``versions/<n>.json`` is b's own record for
-``n > F`` and the base line's record ``n`` otherwise (recursively, for a branch of a
+:class:`BranchStorage` maps those paths: ``versions/<n>.json`` (and ``<n>.expiring/``,
+``<n>-<txn>/``) is b's own for ``n > F`` and the base line's otherwise (recursively, for a branch of a
 branch); the head hint, the claim and ``tags/`` are b's own; every other path is the
 root's. So the commit protocol, the version log, tags, gc and every reader work on a
 branch unchanged: b's version ``F + 1`` is created with put-if-absent exactly as
@@ -48,7 +49,8 @@ if TYPE_CHECKING:
 
 #: What a root URL carries after it to name a branch: ``data/pets#branch=relabel``.
 URL_MARK = "#branch="
-_RECORD_PATH = re.compile(r"versions/(\d+)(\.json|\.expiring(/.*)?)")
+#: What of ``versions/`` belongs to the line that owns version ``<n>``: its record, gc's marks, its split indexes.
+_RECORD_PATH = re.compile(r"versions/(\d+)(\.json|\.expiring(/.*)?|-[0-9a-f]{20}(/.*)?)")
 _OWN_PATHS = (layout.HEAD_HINT, layout.TURN)
 _RECORD_NAME = re.compile(r"(\d+)\.json")
 
@@ -190,21 +192,16 @@ class BranchStorage(Storage):
     def walk(self, prefix: str) -> list[FileInfo]:
         if prefix != layout.VERSIONS:
             return self.root.walk(self._map(prefix))
-        # The root's versions/ (split indexes, main's records), then this branch's own records, hint and
-        # marks under the names this view gives them (gc reads their times and removes stale marks).
+        # This branch's own records, hint, marks and split indexes, under the names this view gives them
+        # (what gc reads the times of and removes): its base lines' files are theirs to collect.
         own = self._own_versions()
-        return self.root.walk(prefix) + [
-            found._replace(path=layout.VERSIONS + found.path.removeprefix(own)) for found in self.root.walk(own)
-        ]
+        return [found._replace(path=layout.VERSIONS + found.path.removeprefix(own)) for found in self.root.walk(own)]
 
     def delete(self, path: str) -> None:
         self.root.delete(self._map(path))
 
     def temporary_files(self, prefix: str) -> list[FileInfo]:
-        found = self.root.temporary_files(self._map(prefix))
-        if prefix == layout.VERSIONS:
-            found += self.root.temporary_files(self._own_versions())
-        return found
+        return self.root.temporary_files(self._own_versions() if prefix == layout.VERSIONS else self._map(prefix))
 
     def listing(self, prefix: str) -> tuple[list[FileInfo], list[FileInfo]]:
         return self.walk(prefix), self.temporary_files(prefix)
