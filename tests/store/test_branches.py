@@ -321,3 +321,15 @@ def test_gc_of_main_keeps_what_branches_need(base: litstore.Store) -> None:
     assert _content(litstore.open(base.root)) == main_now
     litstore.open(base.root).verify().raise_if_failed()
     assert [v.number for v in litstore.open(base.root, branch="side").versions()] == [2, side.version.number]
+
+
+def test_a_damaged_branch_record_is_an_integrity_error(base: litstore.Store) -> None:
+    base.branches.create("side")
+    record = Path(base.root) / "branches" / "side" / "branch.json"
+    record.write_text(record.read_text().replace('"from_version": 1', '"from_version": -3'))
+    with pytest.raises(litstore.IntegrityError, match=r"branch record branches/side/branch\.json is damaged"):
+        litstore.open(base.root, branch="side")
+    record.write_text(record.read_text().replace('"name": "side"', '"name": "other"'))
+    with pytest.raises(litstore.IntegrityError):
+        base.branches["side"]
+    assert litstore.open(base.root).version.number == 1  # main reads as before
