@@ -86,6 +86,7 @@ EXAMPLES: dict[type[LitstoreError], Callable[[], LitstoreError]] = {
     },
     errors.UnsupportedValueError: lambda: errors.UnsupportedValueError("meta.when", {1, 2}, "sets cannot be stored"),
     errors.IngestError: lambda: errors.IngestError(MESSAGE, 4, {"path": "a.jpg"}),
+    errors.MergeConflictError: lambda: errors.MergeConflictError(MESSAGE, ["a", 7]),
     errors.VerificationError: lambda: errors.VerificationError(MESSAGE, REPORT),
     errors.DamagedRecordError: lambda: errors.DamagedRecordError(MESSAGE, 3, "fragments/c.bin", [4, 9], ["a", None]),
 }

@@ -45,6 +45,7 @@ LAYERS: dict[str, int] = {
     "order": 7,  # the world-size-independent training order (pure numpy)
     "export": 7,
     "tags": 7,
+    "branches": 7,
     "ingest": 7,
     "store": 8,
     "litstore": 9,  # the package itself: the public names

@@ -15,6 +15,7 @@ litstore`` stays light. ``litstore.open`` opens a store but is left out of ``__a
 from types import ModuleType as _ModuleType
 
 from litstore import _litdata  # noqa: F401  (installs the record codec's media values)
+from litstore.branches import Branches
 from litstore.errors import (
     ConflictError,
     DamagedRecordError,
@@ -26,6 +27,7 @@ from litstore.errors import (
     KeyFieldError,
     KeyNotFoundError,
     LitstoreError,
+    MergeConflictError,
     MissingDependencyError,
     MissingFileError,
     QueryError,
@@ -42,7 +44,7 @@ from litstore.errors import (
     VerificationError,
     VersionNotFoundError,
 )
-from litstore.format.models import FieldSplit, HashSplit, StoreConfig, Tag, Version
+from litstore.format.models import Branch, FieldSplit, HashSplit, StoreConfig, Tag, Version
 from litstore.format.stored_media import Media, encoded_media, keeping_media
 from litstore.ops.audit import AuditReport
 from litstore.ops.diff import Diff
@@ -74,6 +76,8 @@ def __dir__() -> list[str]:
 
 __all__ = [
     "AuditReport",
+    "Branch",
+    "Branches",
     "ConflictError",
     "DamagedRecordError",
     "Diff",
@@ -89,6 +93,7 @@ __all__ = [
     "KeyNotFoundError",
     "LitstoreError",
     "Media",
+    "MergeConflictError",
     "MissingDependencyError",
     "MissingFileError",
     "QueryError",

@@ -19,6 +19,7 @@ built-in type, the error also derives from it, so ``except KeyError`` keeps work
     ├── QueryError (ValueError)              ``store.sql`` was given a query DuckDB rejects
     ├── StreamStateError (ValueError)        a loader state saved on another version or subset, or edited
     ├── ConflictError                        another writer committed the same version first
+    │   └── MergeConflictError               both branches changed the same keys since they parted
     ├── StagedFragmentExpiredError           a staged fragment's files are gone (gc, or another store's)
     ├── IngestError                          ``Store.ingest``'s function failed on an input, or a worker died
     ├── MissingDependencyError (ImportError) an optional dependency (pandas, polars, ray, ...) is not installed
@@ -217,6 +218,15 @@ class StreamStateError(LitstoreError, ValueError):
 
 class ConflictError(LitstoreError):
     """Another writer committed the version this write meant to create."""
+
+
+class MergeConflictError(ConflictError):
+    """Both sides of a merge changed the same keys (to different contents) since the branch point; nothing was
+    committed. ``.keys`` lists them (sorted by repr)."""
+
+    def __init__(self, message: str, keys: Sequence[Any] = ()) -> None:
+        super().__init__(message)
+        self.keys = list(keys)
 
 
 class StagedFragmentExpiredError(LitstoreError):

@@ -21,6 +21,7 @@ import pydantic
 
 from litstore import txn
 from litstore._litdata.index import ChunkInfo
+from litstore.branches import Branches
 from litstore.errors import (
     ConflictError,
     InvalidArgumentError,
@@ -36,6 +37,7 @@ from litstore.format import config as config_format
 from litstore.format import layout
 from litstore.format.models import (
     DEFAULT_STORE_FORMAT,
+    MAIN_BRANCH,
     FieldSplit,
     HashSplit,
     SplitRule,
@@ -50,7 +52,7 @@ from litstore.format.models import (
 from litstore.read import log
 from litstore.read.version import VersionReader
 from litstore.snapshot import MISSING, Key, Record, Snapshot, VersionRef
-from litstore.storage import Storage, open_storage
+from litstore.storage import Storage, branched, open_storage
 from litstore.tags import Tags
 from litstore.txn import leases
 from litstore.txn.change import check_arguments
@@ -67,6 +69,8 @@ if TYPE_CHECKING:
 
 Root = str | os.PathLike[str]
 
+#: What ``Store.at`` reads as a branch's name rather than a tag's (tag names hold no ':').
+_BRANCH_PREFIX = "branch:"
 #: Writes encode and sort records in runs of this much payload: what bounds a write's memory.
 _RUN_BYTES = 16 * 1024 * 1024
 
@@ -218,17 +222,20 @@ class Store:
         *,
         schema: type[pydantic.BaseModel] | None = None,
         storage_options: dict[str, Any] | None = None,
+        branch: str | None = None,
     ) -> Store:
-        """Open the store at ``root`` at its latest version.
+        """Open the store at ``root`` at its latest version (of ``branch``, if given: see :mod:`litstore.branches`).
 
         Args:
             schema: the store's record model, if it declares one. litstore never
                 imports code named by a store's files: reads work without the model,
                 writes need it, and it must match the schema recorded at creation.
             storage_options: for ``s3://`` roots, keyword arguments of boto3's S3 client.
+            branch: a branch of the store (``store.branches``); ``None`` or ``"main"``: the store's own line.
 
         Raises:
             StoreNotFoundError: there is no store at ``root``.
+            VersionNotFoundError: there is no such branch.
             SchemaError: ``schema`` does not match the store's.
             IntegrityError: the store's metadata is damaged.
         """
@@ -238,6 +245,8 @@ class Store:
         except MissingFileError:
             raise StoreNotFoundError(f"no litstore store at {storage.url} (no {layout.CONFIG})") from None
         config_format.check_schema(config, schema)
+        if branch is not None:
+            storage = branched.open_branch(storage, branch)
         number = log.head_number(storage)
         if number is None:  # a creator died between writing the config and version 0
             storage.put_if_absent(
@@ -291,8 +300,62 @@ class Store:
 
     @property
     def tags(self) -> Tags:
-        """The store's tags (a mapping of name to version number)."""
+        """The store's tags (a mapping of name to version number); a branch has tags of its own."""
         return Tags(self)
+
+    @property
+    def branch(self) -> str:
+        """The line of versions this handle reads and writes: ``"main"`` or a branch's name."""
+        return branched.branch_of(self.storage)
+
+    @property
+    def branches(self) -> Branches:
+        """The store's branches (a mapping of name to ``Branch``); ``branches.create(name, from_=...)``."""
+        return Branches(self)
+
+    def merge(
+        self,
+        source: str,
+        into: str = MAIN_BRANCH,
+        *,
+        message: str | None = None,
+        metadata: dict[str, Any] | None = None,
+        progress: bool = False,
+    ) -> Version:
+        """Apply branch ``source``'s changes since it parted from ``into`` to ``into``, by key, as one version of
+        ``into``; return ``into``'s head (see :func:`litstore.branches.merge`). This handle moves to it if it is
+        on ``into``.
+
+        Raises:
+            MergeConflictError: both changed some keys differently (named); nothing was committed.
+            ConflictError: a writer of ``into`` changed the same keys meanwhile; nothing was committed.
+        """
+        from litstore.branches import merge
+
+        message, metadata = check_message(message), check_metadata(metadata)
+        reader = merge(self.storage, source, into, message=message, metadata=metadata, progress=progress)
+        if into == self.branch:
+            self._head = self._wrap(self._head.reader.successor(reader.version, reader.chunks()))
+        return reader.version
+
+    def restore(
+        self, version: VersionRef, *, message: str | None = None, metadata: dict[str, Any] | None = None
+    ) -> Version:
+        """Commit a new version (on this handle's line) with exactly the records, chunks and fingerprint of
+        ``version``; return it (see :mod:`litstore.txn.restore`). Nothing is copied or encoded again. If the head
+        already holds those records, nothing is committed.
+
+        Raises:
+            VersionNotFoundError: no such version (or gc expired it).
+            ConflictError: another writer changed records meanwhile; nothing was committed.
+        """
+        from litstore.txn.restore import commit_restore
+
+        message, metadata = check_message(message), check_metadata(metadata)
+        self.refresh()
+        target = self._head.at(version).reader
+        self._head = self._wrap(commit_restore(self._head.reader, target, message, metadata))
+        return self.version
 
     # -- writing -----------------------------------------------------------------
 
@@ -831,7 +894,14 @@ class Store:
         return self._view(version).audit(examples=examples, progress=progress)
 
     def at(self, version: VersionRef) -> Snapshot:
-        """A read-only snapshot of ``version``: a number, a tag name, or a ``Version``."""
+        """A read-only snapshot of ``version``: a number, a tag name, a ``Version``, or ``"branch:NAME"`` (the
+        newest version of that branch; ``"branch:main"``: of the store's own line)."""
+        if isinstance(version, str) and version.startswith(_BRANCH_PREFIX):
+            name = version.removeprefix(_BRANCH_PREFIX)
+            storage = branched.open_branch(self.storage, name)
+            return Snapshot(
+                storage, self.config, log.read_version(storage, log.head_number(storage) or 0), self._head.model
+            )
         return self._head.at(version)
 
     def versions(self) -> list[Version]:
@@ -857,9 +927,10 @@ def open(  # noqa: A001
     *,
     schema: type[pydantic.BaseModel] | None = None,
     storage_options: dict[str, Any] | None = None,
+    branch: str | None = None,
 ) -> Store:
     """Open the store at ``root`` at its latest version (see :meth:`Store.open`)."""
-    return Store.open(root, schema=schema, storage_options=storage_options)
+    return Store.open(root, schema=schema, storage_options=storage_options, branch=branch)
 
 
 def _reopen(root: str, storage_options: dict[str, Any], schema: type[pydantic.BaseModel] | None) -> Store:

@@ -15,6 +15,9 @@ Exit codes (:func:`main`; each error is one line on stderr, never a traceback):
   any other error (a conflict with another writer, storage failing);
 - 3: not found: a key, version, tag or store that is not there.
 
+A branch of a store (``litstore branch ROOT NAME``) is read and written as
+``ROOT#branch=NAME`` by every command (``litstore get data/pets#branch=relabel KEY``).
+
 Every command that reads a version takes ``--at VERSION`` (``-V``): a version number
 (``3``), a tag name (``release-1``) or an ISO time (``2026-11-30T10:00:00``, UTC unless it
 says otherwise: the version current then). A tag whose name also reads as a time wins
@@ -604,6 +607,76 @@ def untag(
         _print_json({"removed": name})
     else:
         _say(f"removed tag {name}")
+
+
+@app.command()
+def branch(
+    root: RootArg,
+    name: Annotated[str, typer.Argument(help="The new branch's name.", show_default=False)],
+    at: AtOpt = None,
+    endpoint_url: EndpointOpt = None,
+    storage_option: StorageOpts = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Start a branch from a version (default: the latest); read and write it as ROOT#branch=NAME."""
+    store = _open(root, endpoint_url, storage_option)
+    made = store.branches.create(name, None if at is None else version_ref(store, at))
+    if as_json:
+        _print_json({"name": made.name, "base": made.base, "from_version": made.from_version})
+    else:
+        _say(f"branch {made.name} from version {made.from_version} of {made.base}")
+
+
+@app.command()
+def branches(
+    root: RootArg, endpoint_url: EndpointOpt = None, storage_option: StorageOpts = None, as_json: JsonOpt = False
+) -> None:
+    """List the branches: each one's base, the version it starts from, and its newest version."""
+    store = _open(root, endpoint_url, storage_option)
+    rows = [
+        (made.name, made.base, made.from_version, store.at(f"branch:{made.name}").version.number)
+        for made in store.branches.values()
+    ]
+    if as_json:
+        _print_json([{"name": n, "base": b, "from_version": f, "head": h} for n, b, f, h in rows])
+        return
+    table = Table("branch", "base", "from", "head")
+    for name, base, start, head in rows:
+        table.add_row(shown(name), shown(base), Text(str(start)), Text(str(head)))
+    _out.print(table)
+
+
+@app.command()
+def merge(
+    root: RootArg,
+    source: Annotated[str, typer.Argument(help="The branch whose changes to apply.", show_default=False)],
+    into: Annotated[str, typer.Option(help="The line to apply them to.")] = "main",
+    message: Annotated[str | None, typer.Option(help="The new version's message.")] = None,
+    endpoint_url: EndpointOpt = None,
+    storage_option: StorageOpts = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Apply a branch's changes since it parted to another line (default: main), by key, as one new version."""
+    store = _open(root, endpoint_url, storage_option)
+    before = store.at(f"branch:{into}").version.number
+    _said_commit(store.merge(source, into=into, message=message), before, as_json, "nothing to merge")
+
+
+@app.command()
+def restore(
+    root: RootArg,
+    version: Annotated[
+        str, typer.Argument(help="The version to restore: a number, tag or ISO time.", show_default=False)
+    ],
+    message: Annotated[str | None, typer.Option(help="The new version's message.")] = None,
+    endpoint_url: EndpointOpt = None,
+    storage_option: StorageOpts = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Commit a new version with exactly the records of an earlier one (nothing is copied)."""
+    store = _open(root, endpoint_url, storage_option)
+    before = store.version.number
+    _said_commit(store.restore(version_ref(store, version), message=message), before, as_json, "already restored")
 
 
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhdw])")

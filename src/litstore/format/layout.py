@@ -14,6 +14,11 @@
     fragments/<id>/clock.json                       gc's probe of the storage's own clock (removed at once)
     versions/<v>.expiring/<id>.json                 gc is about to expire version v (tags wait for it)
     tags/<name>.json                                Tag: a name for a version
+    branches/<b>/branch.json                        Branch: where branch b starts (base line, version)
+    branches/<b>/versions/<v>.json                  branch b's own commit records (v above its start)
+    branches/<b>/versions/<v>-<txn>/<split>/...     and split indexes
+    branches/<b>/versions/head.hint, turn.claim     as versions/ has them, for branch b
+    branches/<b>/tags/<name>.json                   branch b's tags
 
 ``<txn>`` is the id of the write attempt (also its fragment id). Every file a writer
 writes before its commit carries it, so writers racing for the same version number
@@ -41,12 +46,13 @@ VERSIONS = "versions"
 MANIFESTS = "manifests"
 FRAGMENTS = "fragments"
 TAGS = "tags"
+BRANCHES = "branches"
 #: An advisory claim on the next commit by a writer that keeps losing races (``txn/claims.py``).
 TURN = f"{VERSIONS}/turn.claim"
 #: The number of a recent commit, written after each commit; readers check it (``read/log.py``).
 HEAD_HINT = f"{VERSIONS}/head.hint"
 #: Every name litstore writes at the top of a store root.
-TOP_LEVEL = (CONFIG, VERSIONS, MANIFESTS, FRAGMENTS, TAGS)
+TOP_LEVEL = (CONFIG, VERSIONS, MANIFESTS, FRAGMENTS, TAGS, BRANCHES)
 #: A chunk file must be smaller than this: litdata's chunk header holds 32-bit offsets.
 CHUNK_SIZE_LIMIT = 2**32
 
@@ -227,3 +233,12 @@ def version_numbers(names: list[str]) -> list[int]:
 
 def tag(name: str) -> str:
     return f"{TAGS}/{name}.json"
+
+
+def branch_directory(name: str) -> str:
+    """Where branch ``name`` keeps its record, its own commit records and its tags."""
+    return f"{BRANCHES}/{name}"
+
+
+def branch_record(name: str) -> str:
+    return f"{branch_directory(name)}/branch.json"

@@ -336,7 +336,7 @@ class DeletionRef(_Frozen):
         return self
 
 
-Operation = Literal["create", "append", "upsert", "delete", "compact", "add_fields", "upgrade"]
+Operation = Literal["create", "append", "upsert", "delete", "compact", "add_fields", "upgrade", "restore", "merge"]
 
 
 class Version(_Frozen):
@@ -710,3 +710,43 @@ class Tag(_Frozen):
     @classmethod
     def _valid_name(cls, name: str) -> str:
         return check_tag_name(name)
+
+
+#: The line of versions a store has before any branch: its own ``versions/``.
+MAIN_BRANCH = "main"
+
+
+def check_branch_name(name: object) -> str:
+    """Return ``name`` if it is a valid branch name (a tag name other than ``main``), else raise ``ValueError``."""
+    try:
+        check_tag_name(name)
+    except ValueError as exc:
+        raise ValueError(str(exc).replace("tag name", "branch name")) from None
+    if name == MAIN_BRANCH:
+        raise ValueError(f"{MAIN_BRANCH!r} is the store's own line of versions, not a branch one can create")
+    return str(name)
+
+
+class Branch(_Frozen):
+    """``branches/<name>/branch.json``: a line of versions that starts from version ``from_version`` of ``base``.
+
+    The branch's own commit records are ``branches/<name>/versions/<n>.json`` for ``n`` above
+    ``from_version``; numbers up to it are ``base``'s versions (see
+    :mod:`litstore.storage.branched`). Written once with put-if-absent, never changed.
+    """
+
+    format_version: int = FORMAT_VERSION
+    name: str
+    base: str
+    from_version: int = Field(ge=0)
+    created_at: datetime
+
+    @field_validator("name")
+    @classmethod
+    def _valid_name(cls, name: str) -> str:
+        return check_branch_name(name)
+
+    @field_validator("base")
+    @classmethod
+    def _valid_base(cls, base: str) -> str:
+        return base if base == MAIN_BRANCH else check_branch_name(base)

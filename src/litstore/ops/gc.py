@@ -43,6 +43,10 @@ Concurrency:
   the versions a tag now names, and only then writes tombstones; a tag created
   meanwhile waits for the marks to go and undoes itself (``VersionNotFoundError``) if
   its version was expired after all (``Tags.create``).
+- Branches (:mod:`litstore.storage.branched`): gc expires versions of the line it runs on
+  only (a branch's own versions, or main's), keeps the versions branches were made from
+  as it keeps tagged ones (with the same marks against a branch made meanwhile), and
+  keeps every file any live version of any other line needs.
 - A reader that opened a version before gc expired it may fail to read chunks that
   gc then removes; keep versions readers still use (tag them, or ``older_than``).
 """
@@ -60,7 +64,7 @@ from litstore.format import layout
 from litstore.format import manifest as manifest_format
 from litstore.format.models import ExpiredVersion, StoreConfig, Version
 from litstore.read import log, manifests
-from litstore.storage import FileInfo, Storage
+from litstore.storage import FileInfo, Storage, branched
 from litstore.txn import leases
 from litstore.txn.progress import bar as progress_bar
 
@@ -113,7 +117,7 @@ def choose_kept(
         InvalidArgumentError: ``keep_last`` is below 1 or ``older_than`` is of the wrong type.
     """
     numbers = [version.number for version in versions]
-    kept = {numbers[-1], *tagged}
+    kept = {*numbers[-1:], *tagged}  # (a branch with no versions of its own has none to keep)
     if keep_last is None and older_than is None:
         return set(numbers)
     if keep_last is not None:
@@ -178,9 +182,12 @@ def collect(
     collector = layout.new_transaction()  # this gc, in the marks it leaves
     now = leases.storage_clock(storage, collector)
     versions = head.versions()
+    # A branch's gc expires only the branch's own versions: the ones it sees of its base line are the base's.
+    foreign = [version for version in versions if not branched.owns(storage, version.number)]
+    versions = [version for version in versions if branched.owns(storage, version.number)]
     listings = {prefix: storage.listing(prefix) for prefix in (layout.FRAGMENTS, layout.MANIFESTS, layout.VERSIONS)}
     recorded = _record_times(listings[layout.VERSIONS][0])
-    kept = choose_kept(versions, _tagged(storage), keep_last, older_than, now, recorded)
+    kept = choose_kept(versions, _protected(storage), keep_last, older_than, now, recorded)
     cutoff = now - grace.total_seconds()
     fragment_files = listings[layout.FRAGMENTS][0]
     # Every index is read (and its chunk names checked) before anything is written, so a
@@ -192,6 +199,7 @@ def collect(
         for found in fragment_files
     )
     references = {version.number: referenced_files(storage, version, chunks_matter) for version in versions}
+    elsewhere = _other_lines_need(storage, foreign, chunks_matter)
     written: list[int] = []
     marked: list[int] = []
     try:
@@ -206,12 +214,12 @@ def collect(
                     if number not in marked:
                         storage.write(layout.expiring_mark(number, collector), b"{}")
                         marked.append(number)
-                tagged_now = set(_tagged(storage)) & set(expiring)  # tags created since gc started
+                tagged_now = set(_protected(storage)) & set(expiring)  # tags and branches made since gc started
                 if not tagged_now:
                     break
                 kept |= tagged_now
         expired = [version for version in versions if version.number not in kept]
-        needed: set[str] = {layout.CONFIG}
+        needed: set[str] = {layout.CONFIG, *elsewhere}
         expired_files: set[str] = set()
         for version in versions:
             (needed if version.number in kept else expired_files).update(references[version.number])
@@ -258,6 +266,31 @@ def collect(
 
 def _tagged(storage: Storage) -> list[int]:
     return [log.read_tag(storage, name).version for name in log.tag_names(storage)]
+
+
+def _protected(storage: Storage) -> list[int]:
+    """The versions of this line no gc expires: its tagged ones, and those branches were made from."""
+    return _tagged(storage) + branched.branch_points(storage)
+
+
+def _other_lines_need(storage: Storage, foreign: list[Version], chunks: bool) -> set[str]:
+    """Every file the versions of the store's other lines of versions need: those of the base lines this
+    branch sees (``foreign``), and every live version of every other branch and of ``main``.
+
+    gc expires versions of its own line only; each other line's versions are kept whole
+    here, so nothing a branch reads is removed by a gc of another line.
+    """
+    files: set[str] = set()
+    for version in foreign:
+        files |= referenced_files(storage, version, chunks)
+    for line in branched.other_lines(storage):
+        for number in log.version_numbers(line):
+            if not branched.owns(line, number):
+                continue
+            record = log.read_record(line, number)
+            if isinstance(record, Version):
+                files |= referenced_files(line, record, chunks)
+    return files
 
 
 def _record_times(listing: Iterable[FileInfo]) -> dict[int, float]:
@@ -343,7 +376,7 @@ def _needing_checkpoints(storage: Storage, versions: list[Version], kept: set[in
         number = version.number
         while number > 0 and number in by_number and log.checkpoint_of(by_number[number], manifest_names) is None:
             number -= 1
-            if number > 0 and number not in kept:
+            if number > 0 and number not in kept and branched.owns(storage, number):  # (a base's is kept)
                 needing.append(version)
                 break
     return needing

@@ -23,6 +23,7 @@ from importlib import import_module
 from typing import Any
 
 from litstore.errors import MissingFileError, StorageError, UnsafePathError
+from litstore.storage import branched
 from litstore.storage import local as _local  # noqa: F401  (see the module docstring)
 from litstore.storage.base import FileInfo, LitdataInput, LocalInput, RemoteInput, Storage, check_path
 
@@ -58,7 +59,9 @@ def open_storage(root: str | os.PathLike[str] | Storage, options: dict[str, Any]
     """
     if isinstance(root, Storage):
         return root
-    text = os.fspath(root)
+    text, branch = branched.split_url(os.fspath(root))
+    if branch is not None:  # ROOT#branch=NAME: the store as that branch sees it (storage/branched.py)
+        return branched.open_branch(open_storage(text, options), branch)
     scheme, separator, _ = text.partition("://")
     if not separator:
         scheme = "file"

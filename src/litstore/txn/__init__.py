@@ -23,7 +23,7 @@ and catching up), :mod:`.leases` (what keeps gc off staged fragments), :mod:`.fi
 The version log they read is :mod:`litstore.read.log`.
 """
 
-from litstore.txn.change import Change, Compaction, Delete, FieldAddition, Upgrade, Write
+from litstore.txn.change import Change, Compaction, Delete, FieldAddition, Merge, Upgrade, Write
 from litstore.txn.commit import commit
 from litstore.txn.plan import Plan, plan, refuse_existing, without_unchanged
 from litstore.txn.records import Batch, prepare, prepare_runs
@@ -35,6 +35,7 @@ __all__ = [
     "Compaction",
     "Delete",
     "FieldAddition",
+    "Merge",
     "Plan",
     "StagedFragment",
     "Upgrade",

@@ -8,6 +8,7 @@ A change is a frozen value made before anything is committed, and
     Compaction(chunks, chunk_bytes)                              chunks rewritten live, records as they were
     FieldAddition(fields)                                        more declared fields, records as they were
     Upgrade(rebuild=...)                                         the key index on disk, records as they were
+    Merge(fragments, deletes)                                    another branch's changes in, its deletes out
 
 Planning is a method of the change (:meth:`Write.plan`, ...), so a writer that lost a
 race plans the same change again on the newest version. Each change checks its own
@@ -127,6 +128,27 @@ class Delete:
 
     def plan(self, parent: VersionReader) -> Plan:
         return plan(parent, (), "upsert", deletes=tuple(self.keys), missing_ok=self.missing_ok)
+
+
+@dataclass(frozen=True)
+class Merge:
+    """Apply another branch's changes as one version: its records of the keys it changed (staged in
+    ``fragments``, copied from its stored bytes) replace or join the parent's, and the keys it deleted go.
+
+    Planned as an upsert with deletes, so a rival that changed the same keys first is a
+    ``ConflictError`` and one that changed others is rebased over (see ``branches.merge``).
+    """
+
+    fragments: Sequence[StagedFragment]
+    deletes: tuple[Any, ...] = ()
+    operation: Operation = field(default="merge", init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "fragments", _fragments(self.fragments))
+        object.__setattr__(self, "deletes", tuple(hashing.normalize_key(key) for key in self.deletes))
+
+    def plan(self, parent: VersionReader) -> Plan:
+        return plan(parent, self.fragments, "upsert", deletes=self.deletes)
 
 
 @dataclass(frozen=True)
@@ -269,4 +291,4 @@ def _values(head: VersionReader, new: dict[str, str]) -> dict[str, pa.Array]:
 
 
 #: Every change a commit publishes.
-Change = Write | Delete | Compaction | FieldAddition | Upgrade
+Change = Write | Delete | Merge | Compaction | FieldAddition | Upgrade

@@ -60,7 +60,7 @@ from litstore.read.groups import by_chunk
 from litstore.read.keyindex import KeyIndex
 from litstore.read.keyruns import has_key_index
 from litstore.txn import claims, fields, keyruns, leases, race, upgrade
-from litstore.txn.change import Change, Compaction, Delete, FieldAddition, Upgrade, Write
+from litstore.txn.change import Change, Compaction, Delete, FieldAddition, Merge, Upgrade, Write
 from litstore.txn.plan import Plan
 from litstore.txn.stage import Moved, StagedFragment, discard, write_fragment
 
@@ -101,7 +101,7 @@ def commit(
         return fields.commit_fields(parent, change, message, metadata)
     if isinstance(change, Upgrade):
         return upgrade.commit_index(parent, change, message, metadata, progress)
-    if not isinstance(change, (Write, Delete, Compaction)):
+    if not isinstance(change, (Write, Delete, Merge, Compaction)):
         raise InvalidArgumentError(
             "commit takes a change (txn.Write, txn.Delete, txn.Compaction, txn.FieldAddition, txn.Upgrade), "
             f"got {change!r}"

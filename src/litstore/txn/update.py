@@ -256,3 +256,36 @@ def _stored(reader: VersionReader, keys: list[Any]) -> dict[Any, tuple[bytes, st
                 )
             stored[key] = (data, splits[index])
     return stored
+
+
+def copied_runs(source: VersionReader, keys: list[Any], target_fields: dict[str, str]) -> Iterator[Batch]:
+    """The records of ``keys`` in ``source``'s version, as their stored bytes (checked against their content
+    hashes), in runs ready to stage into another line of the same store: what a merge copies.
+
+    Nothing is decoded but the ``target_fields`` the target line declares, so every content hash is kept.
+
+    Raises:
+        KeyNotFoundError: some keys are not in ``source``'s version.
+        SchemaError: a record lacks a valid value of a field the target declares (named).
+        DamagedRecordError: a record's stored bytes do not match their content hash.
+    """
+    declared = list(target_fields.items())
+    for start in range(0, len(keys), RUN_RECORDS):
+        part = keys[start : start + RUN_RECORDS]
+        stored = _stored(source, part)
+        problems = Problems()
+        values: dict[str, list[Any]] = {name: [] for name, _ in declared}
+        payloads: list[bytes] = []
+        splits: list[str] = []
+        for position, key in enumerate(part, start):
+            payload, split = stored[key]
+            found = _declared_values(payload, declared, problems, position, key, f"the record of key {key!r}")
+            if found is None:
+                continue
+            for name, value in found.items():
+                values[name].append(value)
+            payloads.append(payload)
+            splits.append(split)
+        problems.raise_first()
+        contents = [hashing.content_hash(payload) for payload in payloads]
+        yield encoded_batch(list(part), splits, payloads, contents, declared, values, source.config)
