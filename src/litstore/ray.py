@@ -134,27 +134,63 @@ def read(
     *,
     storage_options: dict[str, Any] | None = None,
     columns: Sequence[str] | None = None,
+    filter: str | None = None,  # noqa: A002 - the name ray.data.read_lance gives it
+    num_cpus: float | None = None,
+    memory: float | None = None,
+    concurrency: int | None = None,
+    override_num_blocks: int | None = None,
+    ray_remote_args: dict[str, Any] | None = None,
 ) -> Dataset:
     """A Ray dataset of the records of ``version`` (default: the newest), one row per record.
+
+    The arguments after ``columns`` are those of ``ray.data.read_lance``, so a pipeline
+    moves between the two by its first line.
 
     Args:
         store: an open store or the root of one.
         version: a version number, tag name or ``Version``; resolved once, here.
         split: read only this split.
-        storage_options: for ``s3://`` roots, boto3 client arguments.
+        storage_options: for ``s3://`` roots (see ``Store.open``).
         columns: keep only these fields of each record.
+        filter: a SQL condition on the manifest's columns (``split``, ``key``, the
+            declared fields), run in litstore's DuckDB sandbox on the driver: only the
+            matching records are read (the condition never reaches undeclared fields,
+            which live inside the records).
+        num_cpus, memory: resources of each read task (Ray's defaults if ``None``).
+        concurrency: the most read tasks running at once.
+        override_num_blocks: the number of read tasks (groups of chunks), instead of
+            Ray's choice.
+        ray_remote_args: further arguments of each read task's ``ray.remote``.
 
     Raises:
         VersionNotFoundError: no such version or tag.
         SplitError: the store has no split ``split``.
+        QueryError: DuckDB rejected ``filter``.
+        InvalidArgumentError: ``filter`` is not a non-empty string.
 
     The dataset runs when it is consumed, with Ray Data's logging as the caller has it
     (``logging.getLogger("ray.data").setLevel(logging.WARNING)`` and
     ``DataContext.get_current().enable_progress_bars = False`` quiet it).
     """
-    source = _VersionDatasource(store, version, split, storage_options, columns)
-    dataset: Dataset = ray.data.read_datasource(source)
+    source = _VersionDatasource(store, version, split, storage_options, columns, filter)
+    # Ray (2.60) deprecates ray_remote_args for the parameters read_datasource names itself: those go by name.
+    remote = dict(ray_remote_args or {})
+    named = {name: remote.pop(name) for name in list(remote) if name in _NAMED_REMOTE_ARGS}
+    options = {"num_cpus": num_cpus, "memory": memory, **named}
+    dataset: Dataset = ray.data.read_datasource(
+        source,
+        concurrency=concurrency,
+        override_num_blocks=override_num_blocks,
+        **{name: value for name, value in options.items() if value is not None},
+        **({"ray_remote_args": remote} if remote else {}),
+    )
     return dataset
+
+
+#: Task options ``ray.data.read_datasource`` takes by name (the rest of ``ray_remote_args`` pass as they are).
+_NAMED_REMOTE_ARGS = frozenset(
+    {"num_cpus", "num_gpus", "memory", "resources", "accelerator_type", "runtime_env", "label_selector", "max_calls"}
+)
 
 
 @contextlib.contextmanager
@@ -305,6 +341,7 @@ class _VersionDatasource(Datasource):
         split: str | None,
         storage_options: dict[str, Any] | None,
         columns: Sequence[str] | None,
+        where: str | None = None,
     ) -> None:
         super().__init__()  # type: ignore[no-untyped-call]
         root, options = _locate(store, storage_options)
@@ -316,7 +353,11 @@ class _VersionDatasource(Datasource):
         self._storage_options = options
         self._number = snapshot.version.number
         self._columns = list(columns) if columns is not None else None
-        self._pieces = _pieces(snapshot.manifest(), snapshot.chunks(), split)
+        manifest = snapshot.manifest()
+        if where is not None:
+            keys = snapshot.select(where)
+            manifest = manifest.filter(pc.is_in(manifest.column("key"), pa.array(keys, manifest.schema.field("key").type)))
+        self._pieces = _pieces(manifest, snapshot.chunks(), split)
 
     def get_name(self) -> str:
         return "LitstoreRead"

@@ -166,3 +166,10 @@ def test_old_stores_without_fields_keep_working(make_store: MakeStore) -> None:
     store.append([{"id": "a", "v": 1}])
     assert store.manifest().column_names == ["key", "key_hash", "content_hash", "split", "chunk", "row"]
     assert store.version.fields is None and store.head().fields == {}
+
+
+def test_python_s_type_names_declare_fields_as_the_cli_does(tmp_path: Path) -> None:
+    store = litstore.Store.create(tmp_path / "s", key="id", fields={"label": "int", "score": "float?", "note": "str"})
+    assert store.config.fields == {"label": "int64", "score": "float64?", "note": "string"}
+    with pytest.raises(litstore.InvalidArgumentError, match=r"'int32' is not one of .*'int'"):
+        litstore.Store.create(tmp_path / "t", key="id", fields={"label": "int32"})

@@ -178,6 +178,33 @@ def test_read_gives_the_records_of_a_pinned_version_and_split(tmp_path: Path) ->
     assert sorted(narrow, key=lambda row: row["id"]) == [{"id": key, "n": int(key[1:])} for key in sorted(expected_old)]
 
 
+def test_read_takes_read_lance_s_arguments(tmp_path: Path) -> None:
+    """``filter`` (a SQL condition on declared fields, run on the driver), ``override_num_blocks``,
+    ``concurrency``, ``num_cpus`` and ``ray_remote_args``, as ``ray.data.read_lance`` takes them."""
+    store = litstore.Store.create(
+        tmp_path / "store", key="id", splits=SPLITS, chunk_bytes=CHUNK_BYTES, fields={"n": "int"}
+    )
+    litstore_ray.write(_dataset(count=600), store)
+    store.delete(["k00010"])
+    chosen = litstore_ray.read(
+        store,
+        filter="n < 50 AND n % 2 = 0",
+        override_num_blocks=3,
+        concurrency=2,
+        num_cpus=0.5,
+        ray_remote_args={"num_gpus": 0, "resources": {}},
+    )
+    expected = {key: _plain(r) for key, r in _expected(count=600).items() if r["n"] < 50 and r["n"] % 2 == 0}
+    del expected["k00010"]
+    assert _by_key(chosen.take_all()) == expected
+    assert litstore_ray.read(store, override_num_blocks=4).materialize().num_blocks() >= 4
+    assert litstore_ray.read(store, filter="n > 10000").count() == 0
+    with pytest.raises(litstore.QueryError):
+        litstore_ray.read(store, filter="no_such_field = 1")
+    with pytest.raises(litstore.InvalidArgumentError):
+        litstore_ray.read(store, filter="  ")
+
+
 def test_read_of_a_store_with_holes_in_most_chunks_gives_only_live_records(tmp_path: Path) -> None:
     """Format 4: superseded and deleted records stay in their chunks as dead rows; the read tasks' rows are the
     manifest's, so none is read, and each task's row count is what it yields."""

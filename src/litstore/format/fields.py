@@ -49,11 +49,19 @@ def arrow_type(type_name: str) -> pa.DataType:
     return ARROW_TYPES[type_name.removesuffix("?")]
 
 
+#: Python's names for the field types, accepted as the CLI's ``--field label:int`` accepts them.
+_ALIASES = {"int": "int64", "float": "float64", "str": "string"}
+
+
 def check_type_name(type_name: str) -> str:
-    """Return ``type_name`` if it names a field type, else raise ``ValueError`` saying why."""
-    if type_name.removesuffix("?") not in ARROW_TYPES:
-        raise ValueError(f"field type {type_name!r} is not one of {sorted(ARROW_TYPES)} (optionally with '?')")
-    return type_name
+    """The field type ``type_name`` names (``"int"`` is ``"int64"``), or ``ValueError`` saying why not."""
+    base = type_name.removesuffix("?")
+    base = _ALIASES.get(base, base)
+    if base not in ARROW_TYPES:
+        raise ValueError(
+            f"field type {type_name!r} is not one of {sorted(ARROW_TYPES)} or {sorted(_ALIASES)} (optionally with '?')"
+        )
+    return base + type_name[len(type_name.removesuffix("?")) :]
 
 
 def check_name(name: str, key: str) -> str:

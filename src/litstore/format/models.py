@@ -297,7 +297,9 @@ def check_chunk_bytes(value: int, name: str = "chunk_bytes") -> None:
 def _check_fields(fields: dict[str, str] | None, key: str | None) -> None:
     for name, type_name in (fields or {}).items():
         field_format.check_name(name, key or "")
-        field_format.check_type_name(type_name)
+        canonical = field_format.check_type_name(type_name)
+        if canonical != type_name:  # (a stored config names the type itself, never an alias)
+            raise ValueError(f"field {name!r} has type {type_name!r}; a store config writes it {canonical!r}")
     field_format.check_distinct(fields or {})
 
 
