@@ -355,8 +355,8 @@ class _VersionDatasource(Datasource):
         self._columns = list(columns) if columns is not None else None
         manifest = snapshot.manifest()
         if where is not None:
-            keys = snapshot.select(where)
-            manifest = manifest.filter(pc.is_in(manifest.column("key"), pa.array(keys, manifest.schema.field("key").type)))
+            keys = pa.array(snapshot.select(where), manifest.schema.field("key").type)
+            manifest = manifest.filter(pc.is_in(manifest.column("key"), keys))
         self._pieces = _pieces(manifest, snapshot.chunks(), split)
 
     def get_name(self) -> str:
