@@ -43,6 +43,7 @@ LAYERS: dict[str, int] = {
     "streaming": 7,
     "stream_state": 7,
     "export": 7,
+    "huggingface": 7,  # the features kept from Hugging Face, and to_huggingface
     "tags": 7,
     "ingest": 7,
     "store": 8,

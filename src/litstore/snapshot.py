@@ -453,6 +453,16 @@ class Snapshot:
 
         return export.to_polars(self._reader, columns)
 
+    def to_huggingface(self, split: str | None = None, *, features: Any = None) -> Any:
+        """The records as a ``datasets.DatasetDict`` of every split, or (``split`` given) one ``datasets.Dataset``.
+
+        Images keep their stored bytes, and the features a commit recorded from Hugging Face
+        (ClassLabel names, dtypes) come back; see :mod:`litstore.huggingface`.
+        """
+        from litstore import huggingface
+
+        return huggingface.to_huggingface(self._reader, split, features)
+
     def audit(self, *, examples: int = 5, progress: bool = False) -> AuditReport:
         """Records of this version with identical content under different keys.
 

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import pyarrow as pa
 import pydantic
 
-from litstore import txn
+from litstore import huggingface, txn
 from litstore._litdata.index import ChunkInfo
 from litstore.errors import (
     ConflictError,
@@ -359,6 +359,7 @@ class Store:
                 rejected; the store is unchanged.
             ConflictError: another writer committed first; nothing was committed.
         """
+        metadata = huggingface.source_inputs(records, metadata)
         message, metadata = check_arguments("append", message, metadata)
         self._require_model()
         runs = self._checked_runs(records, "append", progress, [])
@@ -383,6 +384,7 @@ class Store:
                 store is unchanged.
             ConflictError: another writer committed first; nothing was committed.
         """
+        metadata = huggingface.source_inputs(records, metadata)
         message, metadata = check_arguments("upsert", message, metadata)
         self._require_model()
         unchanged: list[Key] = []
@@ -784,6 +786,10 @@ class Store:
     def to_polars(self, columns: Sequence[str] | None = None) -> polars.DataFrame:
         """Every record at the head as a polars ``DataFrame``; see :meth:`Snapshot.to_polars`."""
         return self._head.to_polars(columns)
+
+    def to_huggingface(self, split: str | None = None, *, features: Any = None) -> Any:
+        """The head as a ``datasets.DatasetDict`` (or one split's ``Dataset``); see :meth:`Snapshot.to_huggingface`."""
+        return self._head.to_huggingface(split, features=features)
 
     def manifest(self) -> pa.Table:
         """The head's manifest."""
