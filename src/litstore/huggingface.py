@@ -1,8 +1,9 @@
 """Hugging Face ``datasets`` both ways: what is kept of HF's features, and datasets out.
 
 In (:func:`litstore.sources.huggingface`, which reads the rows; this module holds what
-the rows carry to the commit, :class:`HuggingFaceRows`): the rows of a ``datasets.Dataset`` become records as they are, but for the columns
-whose feature says more than a Python value does:
+the rows carry to the commit, :class:`HuggingFaceRows`): the rows of a
+``datasets.Dataset`` become records as they are, but for the columns whose feature
+says more than a Python value does:
 
 - a ``datasets.Image`` column is read undecoded: each image becomes
   ``litdata.Image(bytes=...)`` holding **the image file's own bytes** (never a re-encoding
