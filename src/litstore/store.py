@@ -829,12 +829,13 @@ class Store:
         """
         return self._head.diff(old, new, fields=fields)
 
-    def audit(self, version: VersionRef | None = None, *, examples: int = 5, progress: bool = False) -> AuditReport:
-        """Identical records under different keys, and across splits, in ``version`` (default: the head).
+    def audit(self, version: VersionRef | None = None, **options: Any) -> AuditReport:
+        """Identical (or near) records under different keys, and across splits, in ``version`` (default: the head).
 
-        See :meth:`Snapshot.audit`.
+        ``options`` (``fields``, ``near``, ``threshold``, ``image_distance``, ``examples``,
+        ``progress``) are those of :meth:`Snapshot.audit`.
         """
-        return self._view(version).audit(examples=examples, progress=progress)
+        return self._view(version).audit(**options)
 
     def at(self, version: VersionRef) -> Snapshot:
         """A read-only snapshot of ``version``: a number, a tag name, or a ``Version``."""
