@@ -55,14 +55,15 @@ def main() -> None:
         f"{len(pairs)} pairs, peak {peak / 2**20:.0f} MiB"
     )
 
-    from datasketch import MinHash, MinHashLSH  # the same scheme NearDuplicates signs with (affine32)
+    from datasketch import LeanMinHash, MinHashLSH  # the same scheme NearDuplicates signs with (affine32)
 
     if args.memory:
         tracemalloc.start()
     start = time.perf_counter()
     lsh = MinHashLSH(threshold=0.8, num_perm=audit_near.PERMUTATIONS)
-    for row, signature in enumerate(finder._texts):
-        lsh.insert(row, MinHash(num_perm=audit_near.PERMUTATIONS, hashvalues=signature.astype(np.uint64), scheme="affine32"))
+    signatures = np.frombuffer(finder._texts, dtype=np.uint32).reshape(-1, audit_near.PERMUTATIONS)
+    for row, signature in enumerate(signatures):
+        lsh.insert(row, LeanMinHash(seed=1, hashvalues=signature.astype(np.uint64), scheme="affine32"))
     inserted = time.perf_counter()
     peak = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()

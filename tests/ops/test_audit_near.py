@@ -54,7 +54,7 @@ def test_hash_split_duplicates_are_found_and_fields_are_checked(store: litstore.
     for bad in ("text", [], [1]):
         with pytest.raises(litstore.InvalidArgumentError, match="fields"):
             store.audit(fields=bad)
-    with pytest.raises(litstore.InvalidArgumentError, match="no record .* has any of the fields"):
+    with pytest.raises(litstore.InvalidArgumentError, match=r"no record .* has any of the fields"):
         store.audit(fields=["nowhere"])
 
 
@@ -62,7 +62,7 @@ def test_near_texts_above_the_threshold_are_grouped_and_below_are_not(make_store
     store = make_store(key="id", splits="split")
     base = _texts(30)
     words = base[0].split()
-    close = " ".join(words[:-1] + ["changed"])  # one word of 30 replaced: Jaccard of 5-grams ~0.9
+    close = " ".join([*words[:-1], "changed"])  # one word of 30 replaced: Jaccard of 5-grams ~0.9
     far = " ".join(words[:15] + base[1].split()[15:])  # half replaced: ~0.3
     records = [{"id": f"r{i}", "split": "train", "text": text} for i, text in enumerate(base)]
     records += [{"id": "close", "split": "test", "text": close}, {"id": "far", "split": "test", "text": far}]

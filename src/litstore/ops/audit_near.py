@@ -25,6 +25,7 @@ the compared fields are searched once (their first record stands for all).
 
 from __future__ import annotations
 
+import array
 import io
 import itertools
 from collections.abc import Iterator
@@ -71,11 +72,13 @@ class NearDuplicates:
         self.threshold = threshold
         self.image_distance = image_distance
         self._base = MinHash(num_perm=PERMUTATIONS, hashfunc=xxhash.xxh32_intdigest, seed=1)
-        self._texts: list[np.ndarray] = []
-        self._text_rows: list[int] = []
-        self._images: list[int] = []
-        self._image_rows: list[int] = []
-        self._image_fields: list[str] = []
+        # Flat buffers, not a Python object per record: 256 bytes a signature, 8 bytes a row or image hash.
+        self._texts = bytearray()
+        self._text_rows = array.array("q")
+        self._images = array.array("Q")
+        self._image_rows = array.array("q")
+        self._image_fields: dict[str, int] = {}
+        self._image_field_of = array.array("q")
 
     def add(self, row: int, content: dict[Any, Any]) -> None:
         """Take the near-duplicate signals of the record at ``row`` (its compared fields)."""
@@ -87,7 +90,7 @@ class NearDuplicates:
                 if digest is not None:
                     self._images.append(digest)
                     self._image_rows.append(row)
-                    self._image_fields.append(repr(name))
+                    self._image_field_of.append(self._image_fields.setdefault(repr(name), len(self._image_fields)))
             elif isinstance(value, str):
                 parts.append(" ".join(value.lower().split()).encode("utf-8", "surrogatepass"))
             elif isinstance(value, bytes):
@@ -96,7 +99,7 @@ class NearDuplicates:
         if text:
             signature = self._base.copy()
             signature.update_batch([text[start : start + SHINGLE] for start in range(max(1, len(text) - SHINGLE + 1))])
-            self._texts.append(signature.hashvalues.astype(np.uint32))
+            self._texts += signature.hashvalues.astype(np.uint32).tobytes()
             self._text_rows.append(row)
 
     def pairs(self) -> Iterator[NearPair]:
@@ -105,10 +108,10 @@ class NearDuplicates:
         yield from self._image_pairs()
 
     def _text_pairs(self) -> Iterator[NearPair]:
-        if len(self._texts) < 2:
+        if len(self._text_rows) < 2:
             return
-        signatures = np.vstack(self._texts)
-        rows = np.asarray(self._text_rows)
+        signatures = np.frombuffer(self._texts, dtype=np.uint32).reshape(-1, PERMUTATIONS)
+        rows = np.frombuffer(self._text_rows, dtype=np.int64)
         bands, width = bands_for(self.threshold, PERMUTATIONS)
         for band in range(bands):
             part = np.ascontiguousarray(signatures[:, band * width : (band + 1) * width])
@@ -124,9 +127,9 @@ class NearDuplicates:
     def _image_pairs(self) -> Iterator[NearPair]:
         if len(self._images) < 2:
             return
-        hashes = np.asarray(self._images, dtype=np.uint64)
-        rows = np.asarray(self._image_rows)
-        _, fields = np.unique(np.asarray(self._image_fields), return_inverse=True)
+        hashes = np.frombuffer(self._images, dtype=np.uint64)
+        rows = np.frombuffer(self._image_rows, dtype=np.int64)
+        fields = np.frombuffer(self._image_field_of, dtype=np.int64)
         bands = self.image_distance + 1
         edges = np.linspace(0, 64, bands + 1).astype(int)
         for low, high in itertools.pairwise(edges):
