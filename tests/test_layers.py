@@ -44,6 +44,7 @@ LAYERS: dict[str, int] = {
     "stream_state": 7,
     "order": 7,  # the world-size-independent training order (pure numpy)
     "export": 7,
+    "huggingface": 7,  # the features kept from Hugging Face, and to_huggingface
     "tags": 7,
     "branches": 7,
     "ingest": 7,

@@ -456,15 +456,46 @@ class Snapshot:
 
         return export.to_polars(self._reader, columns)
 
-    def audit(self, *, examples: int = 5, progress: bool = False) -> AuditReport:
-        """Records of this version with identical content under different keys.
+    def to_huggingface(self, split: str | None = None, *, features: Any = None) -> Any:
+        """The records as a ``datasets.DatasetDict`` of every split, or (``split`` given) one ``datasets.Dataset``.
 
-        Reads and decodes every record once, chunk by chunk (see :mod:`litstore.ops.audit`);
-        the report also names identical records that sit in different splits (leakage).
+        Images keep their stored bytes, and the features a commit recorded from Hugging Face
+        (ClassLabel names, dtypes) come back; see :mod:`litstore.huggingface`.
+        """
+        from litstore import huggingface
+
+        return huggingface.to_huggingface(self._reader, split, features)
+
+    def audit(
+        self,
+        *,
+        fields: Sequence[str] | None = None,
+        near: bool = False,
+        threshold: float = 0.8,
+        image_distance: int = 3,
+        examples: int = 5,
+        progress: bool = False,
+    ) -> AuditReport:
+        """Records of this version with identical content under different keys (or, ``near=True``, near content).
+
+        Compares ``fields`` (default: every field but the key and a field split's field, so
+        the same example in train and test is found under either kind of split). Reads every
+        record once, chunk by chunk, media undecoded (see :mod:`litstore.ops.audit`); the
+        report names identical records that sit in different splits (leakage). ``near=True``
+        also groups texts and bytes of estimated Jaccard similarity ``threshold`` or more
+        (MinHash) and images whose difference hashes are at most ``image_distance`` bits apart.
         """
         from litstore.ops import audit
 
-        return audit.audit(self._reader, examples=examples, progress=progress)
+        return audit.audit(
+            self._reader,
+            fields=fields,
+            near=near,
+            threshold=threshold,
+            image_distance=image_distance,
+            examples=examples,
+            progress=progress,
+        )
 
     def versions(self) -> list[Version]:
         """Every committed version that is not expired, oldest first."""

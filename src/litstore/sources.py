@@ -46,6 +46,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path, PurePath
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
 from litstore.errors import (
@@ -56,6 +57,7 @@ from litstore.errors import (
     UnsupportedValueError,
 )
 from litstore.export import is_media_field, media_rows, tensor_rows
+from litstore.huggingface import ARRAY_TYPES, METADATA_KEY, HuggingFaceRows, feature_type, splits_of
 
 Record = dict[str, Any]
 PathLike = str | os.PathLike[str]
@@ -259,28 +261,36 @@ def litdata_dir(input_dir: PathLike, *, allow_outside: bool = False) -> Iterator
     return _litdata_records(layout, chunks)
 
 
-def huggingface(dataset: Any, *, allow_outside: bool = False) -> Iterator[Record]:
-    """The rows of a Hugging Face ``datasets.Dataset`` (or any iterable of dicts with ``features``).
+def huggingface(
+    dataset: Any, *, key: str | None = None, split_field: str = "split", allow_outside: bool = False
+) -> Iterator[Record]:
+    """The rows of a Hugging Face ``datasets.Dataset``, or of every split of a ``DatasetDict``.
 
     Top-level ``datasets.Image`` columns are read undecoded and become
-    ``litdata.Image(bytes=..., path=...)``, so the image's own bytes are stored (never
-    a re-encoding of a PIL image), each checked to decode. An image that is only a
-    path (no bytes) would be read from this machine wherever it points, so it is
-    refused unless ``allow_outside=True``. Rows come in the dataset's order.
+    ``litdata.Image(bytes=...)``, so the image's own bytes are stored (never a
+    re-encoding of a PIL image), each checked to decode; ``Array2D``...``Array5D``
+    columns become numpy arrays of their dtype. A ``DatasetDict``'s rows come split by
+    split, each with ``split_field`` set to its split name: a store created with
+    ``splits="split"`` takes HF's splits as its own. The dataset's features (ClassLabel
+    names, dtypes) go into the metadata of the commit ``store.append`` makes, and
+    ``to_huggingface`` gives them back (see :mod:`litstore.huggingface`). An image that
+    is only a path (no bytes) would be read from this machine wherever it points, so it
+    is refused unless ``allow_outside=True``. Any iterable of dicts is read as rows too.
+
+    Args:
+        dataset: a ``datasets.Dataset``, ``IterableDataset``, ``DatasetDict`` or iterable of dicts.
+        key: a field to set to the row's number (from 0, counting on across the splits of
+            a ``DatasetDict``) in rows that lack it; ``None`` leaves rows as they are.
+        split_field: the field that holds the split name of a ``DatasetDict``'s rows.
+        allow_outside: read images that are only a path.
 
     Raises:
-        InvalidArgumentError: ``dataset`` is not iterable.
+        InvalidArgumentError: ``dataset`` is not iterable, the splits of a ``DatasetDict``
+            have different features, or ``split_field`` is a column of the dataset.
         InvalidRecordError: (while iterating) a row is not a dict, or an image is only
             a path (without ``allow_outside``), names no regular file, or does not decode.
     """
-    if not isinstance(dataset, Iterable):
-        raise InvalidArgumentError(f"expected a datasets.Dataset or an iterable of dicts, not {type(dataset).__name__}")
-    features = getattr(dataset, "features", None) or {}
-    images = [name for name, feature in features.items() if _is_hf_image(feature)]
-    if images and hasattr(dataset, "cast_column"):
-        for name in images:
-            dataset = dataset.cast_column(name, type(features[name])(decode=False))
-    return _huggingface_records(dataset, images, allow_outside)
+    return _huggingface_rows(dataset, key=key, split_field=split_field, allow_outside=allow_outside)
 
 
 # -- the iterators ------------------------------------------------------------------
@@ -400,28 +410,104 @@ def _litdata_records(layout: Any, chunks: list[tuple[Any, Path]]) -> Iterator[Re
             position += 1
 
 
-def _huggingface_records(dataset: Iterable[Any], images: list[str], allow_outside: bool) -> Iterator[Record]:
+def _huggingface_rows(
+    dataset: Any, *, key: str | None = None, split_field: str = "split", allow_outside: bool = False
+) -> HuggingFaceRows:
+    """The rows of :func:`huggingface`, carrying the features for the commit (see :mod:`litstore.huggingface`)."""
+    splits = splits_of(dataset)
+    if splits is None:
+        if not isinstance(dataset, Iterable):
+            raise InvalidArgumentError(
+                f"expected a datasets.Dataset, a DatasetDict or an iterable of dicts, not {type(dataset).__name__}"
+            )
+        splits = {None: dataset}
+    features = _features(splits)
+    added = [] if key is None or key in (features or {}) else [key]
+    if None not in splits:
+        if not isinstance(split_field, str) or not split_field:
+            raise InvalidArgumentError(f"split_field must be a field name, not {split_field!r}")
+        if split_field in (features or {}):
+            raise InvalidArgumentError(
+                f"the dataset has a column {split_field!r} already, which would hold the split name; "
+                "pass split_field= another name"
+            )
+        added.append(split_field)
+    metadata = {} if features is None else {METADATA_KEY: {"features": _features_dict(features), "added": added}}
+    prepared = {name: _undecoded(part) for name, part in splits.items()}
+    return HuggingFaceRows(_hf_records(prepared, features or {}, key, split_field, allow_outside), metadata)
+
+
+def _features(splits: dict[Any, Any]) -> Any:
+    """The features the splits share (``None`` if they have none).
+
+    Raises:
+        InvalidArgumentError: two splits have different features.
+    """
+    found = [(name, getattr(part, "features", None)) for name, part in splits.items()]
+    first_name, first = found[0]
+    for name, features in found[1:]:
+        if features != first:
+            raise InvalidArgumentError(
+                f"splits {first_name!r} and {name!r} have different features; read them one at a time"
+            )
+    return first or None
+
+
+def _features_dict(features: Any) -> dict[str, Any]:
+    """``features.to_dict()`` as JSON (what a commit's metadata can hold)."""
+    return dict(json.loads(json.dumps(features.to_dict())))
+
+
+def _undecoded(dataset: Any) -> Any:
+    """``dataset`` with its top-level image columns read as ``{"bytes", "path"}``, never decoded to PIL."""
+    features = getattr(dataset, "features", None) or {}
+    for name, feature in features.items():
+        if feature_type(feature) == "Image" and hasattr(dataset, "cast_column"):
+            dataset = dataset.cast_column(name, type(feature)(decode=False))
+    return dataset
+
+
+def _hf_records(
+    splits: dict[Any, Any], features: Any, key: str | None, split_field: str, allow_outside: bool
+) -> Iterator[Record]:
+    images = [name for name, feature in features.items() if feature_type(feature) == "Image"]
+    arrays = {name: feature.dtype for name, feature in features.items() if feature_type(feature) in ARRAY_TYPES}
+    number = 0
+    for split, part in splits.items():
+        for row in part:
+            if not isinstance(row, dict):
+                raise InvalidRecordError(f"row {number} is a {type(row).__name__}, not a dict", [(number, None)])
+            for name in images:
+                value = row.get(name)
+                if isinstance(value, dict):
+                    row[name] = _hf_image(value, f"row {number}, field {name!r}", number, allow_outside)
+            for name, dtype in arrays.items():
+                if row.get(name) is not None:
+                    row[name] = np.asarray(row[name], dtype=dtype)
+            if key is not None:
+                row.setdefault(key, number)
+            if split is not None:
+                row[split_field] = split
+            yield row
+            number += 1
+
+
+def _hf_image(value: dict[str, Any], where: str, number: int, allow_outside: bool) -> Any:
+    """``litdata.Image`` of an HF image value's bytes (read from its path only with ``allow_outside``)."""
     import litdata
 
-    for number, row in enumerate(dataset):
-        if not isinstance(row, dict):
-            raise InvalidRecordError(f"row {number} is a {type(row).__name__}, not a dict", [(number, None)])
-        for name in images:
-            value = row.get(name)
-            if not isinstance(value, dict):
-                continue
-            data, path, where = value.get("bytes"), value.get("path"), f"row {number}, field {name!r}"
-            if data is None and path is not None:
-                if not allow_outside:
-                    raise InvalidRecordError(
-                        f"{where}: the image is only a path ({path!r}), which would be read from this machine "
-                        f"wherever it points; {_OUTSIDE_HINT}",
-                        [(number, None)],
-                    )
-                data = _read_file(Path(path), where, number, "image file")
-            if data is not None:
-                row[name] = _decoded(litdata.Image(bytes=data, path=path), where, number)
-        yield row
+    data, path = value.get("bytes"), value.get("path")
+    if data is None and path is None:
+        return None
+    if data is None:
+        if not allow_outside:
+            raise InvalidRecordError(
+                f"{where}: the image is only a path ({path!r}), which would be read from this machine "
+                f"wherever it points; {_OUTSIDE_HINT}",
+                [(number, None)],
+            )
+        data = _read_file(Path(str(path)), where, number, "image file")
+    return _decoded(litdata.Image(bytes=data, path=path), where, number)
 
 
 # -- helpers --------------------------------------------------------------------------
@@ -520,8 +606,3 @@ def _lone_return(text: str) -> str:
     if "\r" in text.rstrip("\r\n"):
         return " (a lone \\r does not end a line in JSON Lines: lines end with \\n)"
     return ""
-
-
-def _is_hf_image(feature: Any) -> bool:
-    kind = type(feature)
-    return kind.__name__ == "Image" and kind.__module__.startswith("datasets.")

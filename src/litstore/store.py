@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import pyarrow as pa
 import pydantic
 
-from litstore import txn
+from litstore import huggingface, txn
 from litstore._litdata.index import ChunkInfo
 from litstore.branches import Branches
 from litstore.errors import (
@@ -422,6 +422,7 @@ class Store:
                 rejected; the store is unchanged.
             ConflictError: another writer committed first; nothing was committed.
         """
+        metadata = huggingface.source_inputs(records, metadata)
         message, metadata = check_arguments("append", message, metadata)
         self._require_model()
         runs = self._checked_runs(records, "append", progress, [])
@@ -446,6 +447,7 @@ class Store:
                 store is unchanged.
             ConflictError: another writer committed first; nothing was committed.
         """
+        metadata = huggingface.source_inputs(records, metadata)
         message, metadata = check_arguments("upsert", message, metadata)
         self._require_model()
         unchanged: list[Key] = []
@@ -848,6 +850,10 @@ class Store:
         """Every record at the head as a polars ``DataFrame``; see :meth:`Snapshot.to_polars`."""
         return self._head.to_polars(columns)
 
+    def to_huggingface(self, split: str | None = None, *, features: Any = None) -> Any:
+        """The head as a ``datasets.DatasetDict`` (or one split's ``Dataset``); see :meth:`Snapshot.to_huggingface`."""
+        return self._head.to_huggingface(split, features=features)
+
     def manifest(self) -> pa.Table:
         """The head's manifest."""
         return self._head.manifest()
@@ -886,12 +892,13 @@ class Store:
         """
         return self._head.diff(old, new, fields=fields)
 
-    def audit(self, version: VersionRef | None = None, *, examples: int = 5, progress: bool = False) -> AuditReport:
-        """Identical records under different keys, and across splits, in ``version`` (default: the head).
+    def audit(self, version: VersionRef | None = None, **options: Any) -> AuditReport:
+        """Identical (or near) records under different keys, and across splits, in ``version`` (default: the head).
 
-        See :meth:`Snapshot.audit`.
+        ``options`` (``fields``, ``near``, ``threshold``, ``image_distance``, ``examples``,
+        ``progress``) are those of :meth:`Snapshot.audit`.
         """
-        return self._view(version).audit(examples=examples, progress=progress)
+        return self._view(version).audit(**options)
 
     def at(self, version: VersionRef) -> Snapshot:
         """A read-only snapshot of ``version``: a number, a tag name, a ``Version``, or ``"branch:NAME"`` (the

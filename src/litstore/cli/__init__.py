@@ -1114,15 +1114,28 @@ def audit(
     root: RootArg,
     at: AtOpt = None,
     examples: Annotated[int, typer.Option(min=0, help="Example groups shown of each kind.")] = 5,
+    field: Annotated[
+        list[str] | None,
+        typer.Option("--field", "-f", help="A field to compare (repeat it); default: all but the key and split field."),
+    ] = None,
+    near: Annotated[bool, typer.Option("--near", help="Also find near duplicates (needs datasketch).")] = False,
+    threshold: Annotated[float, typer.Option(help="Near texts: the least estimated Jaccard similarity.")] = 0.8,
+    image_distance: Annotated[int, typer.Option(help="Near images: the most bits their hashes differ in.")] = 3,
     progress: ProgressOpt = None,
     endpoint_url: EndpointOpt = None,
     storage_option: StorageOpts = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Find identical records under different keys, and across splits; exit code 1 if there are any."""
+    """Find identical (or, --near, near) records under different keys, and across splits; exit code 1 if any."""
     store = _open(root, endpoint_url, storage_option)
     report = store.audit(
-        None if at is None else version_ref(store, at), examples=examples, progress=_progress(progress)
+        None if at is None else version_ref(store, at),
+        fields=field or None,
+        near=near,
+        threshold=threshold,
+        image_distance=image_distance,
+        examples=examples,
+        progress=_progress(progress),
     )
     if as_json:
         _print_json(
@@ -1138,6 +1151,19 @@ def audit(
                     "duplicate_groups": [list(group) for group in report.duplicate_groups],
                     "cross_split_groups": [
                         {split: list(keys) for split, keys in group.items()} for group in report.cross_split_groups
+                    ],
+                    "fields": None if report.fields is None else list(report.fields),
+                    "near": report.near,
+                    "near_group_count": report.near_group_count,
+                    "near_record_count": report.near_record_count,
+                    "near_cross_split_group_count": report.near_cross_split_group_count,
+                    "near_groups": [
+                        {
+                            "keys": list(group.keys),
+                            "splits": {split: list(keys) for split, keys in group.splits.items()},
+                            "scores": group.scores,
+                        }
+                        for group in report.near_groups
                     ],
                 }
             )

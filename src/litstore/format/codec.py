@@ -223,7 +223,12 @@ def _canonical(value: Any, path: str, depth: int = 0) -> Any:
     if media is not None:
         return msgpack.ExtType(_MEDIA, _pack(list(media)))
     if type(value).__module__.startswith("PIL."):
-        raise UnsupportedValueError(path, value, "PIL images cannot be stored as such; use litdata.Image(image=...)")
+        raise UnsupportedValueError(
+            path,
+            value,
+            "PIL images cannot be stored as such; use litdata.Image(image=...), or for the rows of a Hugging Face "
+            "dataset litstore.sources.huggingface(dataset), which stores the images' own bytes",
+        )
     raise UnsupportedValueError(path, value)
 
 

@@ -134,11 +134,15 @@ class HashSplit(_Frozen):
 
 
 class FieldSplit(_Frozen):
-    """Take each record's split from one of its fields; ``names`` are the allowed values."""
+    """Take each record's split from one of its fields; ``names`` are the allowed values.
+
+    The default names hold both ``val`` (LitData's and litstore's own word) and
+    ``validation`` (Hugging Face's canonical split name), so data from either splits as given.
+    """
 
     kind: Literal["field"] = "field"
     field: str
-    names: tuple[str, ...] = ("train", "val", "test")
+    names: tuple[str, ...] = ("train", "val", "validation", "test")
 
     def __init__(self, **values: Any) -> None:
         try:
