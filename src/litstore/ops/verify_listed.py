@@ -47,6 +47,7 @@ from litstore.format import manifest as manifest_format
 from litstore.format.manifest import ChangeKind
 from litstore.format.models import StoreConfig, Version
 from litstore.read import log
+from litstore.read.memory import release_freed
 from litstore.storage import Storage
 
 _COLUMNS = ("key", "content_hash", "split", "chunk", "row")
@@ -424,6 +425,7 @@ def read_listed(storage: Storage, config: StoreConfig, version: Version, names: 
             columns.add(row)
         if file_prints:
             mentioned.add(file_prints)
+        release_freed()  # a file's row groups, read and hashed
     del mentioned  # (its keyprints are not needed from here)
     arrays = columns.filled()
     kept = None
