@@ -274,10 +274,12 @@ class _Matcher:
         self.listing_chunks = listing_chunks
         self.listing_splits = listing_splits
         order = np.argsort(listed.location, kind="stable")  # manifests are mostly in chunk order already
-        self.location = listed.location[order]
-        listed.location = self.location[:0]  # the sorted copy is all that is needed from here
-        self.order = order.astype(np.uint32) if len(order) < 2**32 else order
+        if len(order) < 2**32:  # narrowed before the gather: the wide order and the sorted copy never coexist
+            order = order.astype(np.uint32)
+        self.order = order
         del order
+        self.location = listed.location[self.order]
+        listed.location = self.location[:0]  # the sorted copy is all that is needed from here
         self.seen = np.zeros(len(listed), np.uint8)
         self.hits = np.zeros(len(listed), np.uint8)
         self.corrupt: list[tuple[np.ndarray, int, np.ndarray, np.ndarray]] = []  # rows, listing, item rows, same

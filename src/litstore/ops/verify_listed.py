@@ -47,6 +47,7 @@ from litstore.format import manifest as manifest_format
 from litstore.format.manifest import ChangeKind
 from litstore.format.models import StoreConfig, Version
 from litstore.read import log
+from litstore.read.memory import release_freed
 from litstore.storage import Storage
 
 _COLUMNS = ("key", "content_hash", "split", "chunk", "row")
@@ -182,7 +183,11 @@ class _Mentioned:
     """The keys newer deltas mention: their keyprints as two words each (16 bytes a key), sorted by the first.
 
     Each delta's keyprints are sorted on their own and merged in (a search of where they
-    go, then one copy), so ``n`` deltas cost ``O(n)`` copies of the set, not ``n`` sorts of it.
+    go, then one pass), so ``n`` deltas cost ``O(n)`` passes over the set, not ``n`` sorts
+    of it. The merge is made in place (:func:`_merge_into`): the arrays are grown by
+    ``realloc``, which moves a large one's pages without copying them, so the set never
+    takes more than its size (``np.insert`` made a new copy of each word while the old
+    one lived: 8 bytes a key more, the peak of ``verify`` at 16M rows).
     """
 
     def __init__(self) -> None:
@@ -193,9 +198,12 @@ class _Mentioned:
         words = np.concatenate([_as_words(part) for part in prints])
         order = np.argsort(words[:, 0])
         first, second = words[order, 0], words[order, 1]
+        del words, order
         at = np.searchsorted(self.first, first)
-        self.first = np.insert(self.first, at, first)
-        self.second = np.insert(self.second, at, second)
+        old = len(self.first)
+        for column, values in ((self.first, first), (self.second, second)):
+            column.resize(old + len(values), refcheck=False)  # (no view of it is kept anywhere)
+            _merge_into(column, old, at, values)
 
     def rows_of(self, prints: np.ndarray) -> np.ndarray:
         """Which rows of keyprints ``prints`` are mentioned: by first word, then second."""
@@ -220,6 +228,73 @@ class _Mentioned:
         for row in candidates[~single].tolist():  # a first word several mentioned keys share
             found[row] = bool((self.second[lo[row] : hi[row]] == words[row, 1]).any())
         return found
+
+
+#: Old entries moved at once by :func:`_merge_into` (what it holds beside the set: 16 bytes each).
+_MERGE_BLOCK = 1 << 18
+
+
+def _merge_into(column: np.ndarray, old: int, at: np.ndarray, values: np.ndarray) -> None:
+    """Merge sorted ``values`` into the sorted ``column[:old]``, in place: ``column`` has room for them at its end,
+    and ``at`` says where each goes among the old entries (``searchsorted``, left).
+
+    Old entry ``i`` moves up by the number of values that go before it; moving blocks of
+    old entries from the last one down never writes over an entry not yet moved.
+    """
+    for end in range(old, 0, -_MERGE_BLOCK):
+        start = max(end - _MERGE_BLOCK, 0)
+        lo, hi = np.searchsorted(at, [start, end])
+        shift = np.cumsum(np.bincount(at[lo:hi] - start, minlength=end - start)[: end - start]) + lo
+        moved = column[start:end].copy()
+        column[np.arange(start, end) + shift] = moved
+    column[at + np.arange(len(at))] = values
+
+
+#: The columns :func:`read_listed` keeps: dtype and the shape of one row's value.
+_SHAPES: dict[str, tuple[type, tuple[int, ...]]] = {
+    "key_hash": (np.uint64, ()),
+    "pair": (np.uint64, ()),
+    "location": (np.uint64, ()),
+    "split": (np.uint16, ()),
+    "content": (np.uint8, (16,)),
+    "keyprint": (np.uint64, (2,)),
+    "run_hash": (np.uint64, ()),
+}
+
+
+class _Columns:
+    """Fixed-size columns filled a row group at a time, each one array made up front for the rows expected.
+
+    Kept as a list of row groups' arrays and concatenated at the end, the columns
+    took twice their size while being joined, and the row groups' arrays, freed
+    among the allocations made since, left about 35 bytes a row of malloc's heap
+    that the process did not give back. One array per column, sized for the rows
+    the commit record counts, is written in place; a manifest that lists more (a
+    damaged one) grows it. Pages never written are never resident, so a version
+    whose chain lists fewer rows costs what it lists.
+    """
+
+    def __init__(self, shapes: dict[str, tuple[type, tuple[int, ...]]], expected: int) -> None:
+        self._arrays: dict[str, np.ndarray] = {
+            name: np.empty((expected, *shape), dtype) for name, (dtype, shape) in shapes.items()
+        }
+        self._count = 0
+
+    def add(self, values: dict[str, np.ndarray]) -> None:
+        """Append one row group's values (one array per column, all of the same length)."""
+        rows = len(values["key_hash"])
+        end = self._count + rows
+        for name, column in self._arrays.items():
+            if end > len(column):  # more rows than the commit record counts
+                grown = np.empty((max(end, 2 * len(column)), *column.shape[1:]), column.dtype)
+                grown[: self._count] = column[: self._count]
+                self._arrays[name] = column = grown
+            column[self._count : end] = values[name]
+        self._count = end
+
+    def filled(self) -> dict[str, np.ndarray]:
+        """The columns, as long as the rows added."""
+        return {name: column[: self._count] for name, column in self._arrays.items()}
 
 
 def manifest_source(storage: Storage, path: str) -> bytes | pa.NativeFile:
@@ -304,12 +379,14 @@ def read_listed(storage: Storage, config: StoreConfig, version: Version, names: 
     if version.number > 0:
         deltas, checkpoint = log.manifest_chain(storage, version, set(storage.names(layout.MANIFESTS)))
         files = [(path, True) for path in deltas] + ([(checkpoint, False)] if checkpoint else [])
-    columns: dict[str, list[np.ndarray]] = {"key_hash": [], "pair": [], "location": [], "split": []}
     indexed = detail and config.writes_key_runs
     run_hashed = config.writes_key_runs and bool(version.key_runs)
     digest = IndexDigest() if run_hashed and not detail else None
     index_sum = 0
-    extra: dict[str, list[np.ndarray]] = {"content": [], "keyprint": [], "run_hash": []}
+    shapes = dict(_SHAPES) if indexed else {name: _SHAPES[name] for name in ("key_hash", "pair", "location", "split")}
+    if not run_hashed:
+        shapes.pop("run_hash", None)
+    columns = _Columns(shapes, version.total)
     groups: list[tuple[str, bool, int, np.ndarray]] = []
     mentioned = _Mentioned()
     fingerprint = 0
@@ -322,7 +399,6 @@ def read_listed(storage: Storage, config: StoreConfig, version: Version, names: 
             manifest_format.row_groups_of_parquet(data, path, config.key_type, wanted, delta)
         ):
             prints = hashing.keyprint_rows(table.column("key"))
-            hashes = key_hashes_of(prints)
             live = ~mentioned.rows_of(prints)
             if delta:
                 if newer:
@@ -335,35 +411,27 @@ def read_listed(storage: Storage, config: StoreConfig, version: Version, names: 
                 continue
             pair, location, split = _fixed_columns(rows, path, names)
             fingerprint += hashing.digest_sum(pair)
-            columns["key_hash"].append(hashes[live])
-            columns["pair"].append(_as_words(pair)[:, 0].copy())
-            columns["location"].append(location)
-            columns["split"].append(split)
+            words = _as_words(prints)[live]
+            row = {"key_hash": words[:, 0], "pair": _as_words(pair)[:, 0], "location": location, "split": split}
             if indexed:
-                extra["content"].append(content_rows(rows.column("content_hash")))
-                extra["keyprint"].append(_as_words(prints)[live])
+                row["content"] = content_rows(rows.column("content_hash"))
+                row["keyprint"] = words
                 if run_hashed:
-                    extra["run_hash"].append(hashing.key_hash_array(rows.column("key")))
+                    row["run_hash"] = hashing.key_hash_array(rows.column("key"))
             elif digest is not None:
                 contents = _as_words(content_rows(rows.column("content_hash")))
                 run_hashes = hashing.key_hash_array(rows.column("key"))
-                index_sum += digest.sum(run_hashes, _as_words(prints)[live], location, contents)
+                index_sum += digest.sum(run_hashes, words, location, contents)
+            columns.add(row)
         if file_prints:
             mentioned.add(file_prints)
-    empty: dict[str, np.ndarray] = {
-        "key_hash": np.empty(0, np.uint64),
-        "pair": np.empty(0, np.uint64),
-        "location": np.empty(0, np.uint64),
-        "split": np.empty(0, np.uint16),
-        "content": np.empty((0, 16), np.uint8),
-        "keyprint": np.empty((0, 2), np.uint64),
-        "run_hash": np.empty(0, np.uint64),
-    }
-    arrays: dict[str, np.ndarray] = {}
-    for name, parts in (*columns.items(), *extra.items()):
-        arrays[name] = np.concatenate(parts) if parts else empty[name]
-        parts.clear()
-    kept = Indexed(arrays["content"], arrays["keyprint"], arrays["run_hash"]) if indexed else None
+        release_freed()  # a file's row groups, read and hashed
+    del mentioned  # (its keyprints are not needed from here)
+    arrays = columns.filled()
+    kept = None
+    if indexed:
+        run_hash = arrays["run_hash"] if run_hashed else np.empty(0, np.uint64)
+        kept = Indexed(arrays["content"], arrays["keyprint"], run_hash)
     return Listed(
         arrays["key_hash"],
         arrays["pair"],

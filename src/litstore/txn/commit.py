@@ -59,6 +59,7 @@ from litstore.read import manifests
 from litstore.read.groups import by_chunk
 from litstore.read.keyindex import KeyIndex
 from litstore.read.keyruns import has_key_index
+from litstore.read.memory import release_freed
 from litstore.txn import claims, fields, keyruns, leases, race, upgrade
 from litstore.txn.change import Change, Compaction, Delete, FieldAddition, Merge, Upgrade, Write
 from litstore.txn.plan import Plan
@@ -283,6 +284,7 @@ def publish(
         )
     storage.write(manifest_path, manifest_format.to_parquet(delta_file, key_hash=config.stores_key_hash))
     written.append(manifest_path)
+    release_freed()  # the Parquet encoder's buffers, before the key run is built
 
     deletion_refs, dead_file, emptied = _deletions(head, current, number, transaction)
     if emptied:  # every row of these chunks is dead: the version no longer lists them

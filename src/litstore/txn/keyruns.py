@@ -39,6 +39,7 @@ from litstore.format import hashing, keyrun, layout
 from litstore.format import manifest as manifest_format
 from litstore.format.models import KeyRunRef
 from litstore.read.keyruns import RunReader
+from litstore.read.memory import release_freed
 from litstore.storage import Storage
 from litstore.txn.progress import bar
 
@@ -54,24 +55,47 @@ def entries_of(rows: pa.Table, deleted_keys: Sequence[object], key_type: str) ->
     """The run entries (sorted by key hash) of manifest ``rows`` (located live records) and of ``deleted_keys``.
 
     ``rows`` are a plan's (:attr:`litstore.txn.plan.Plan.rows`), whose key hashes the plan
-    derived from their keys.
+    derived from their keys. The entries are written in key-hash order field by field
+    (each column gathered by the order), and keyprints are computed
+    :data:`_FULL_RUN_BATCH` keys at a time: filling them in row order and then sorting
+    made a second copy of every entry (48 bytes a record), and the whole column's
+    keyprints took Arrow copies of every key: the peak of a large append's commit.
     """
     names, ids = manifest_format.chunk_codes(rows.column("chunk")) if rows.num_rows else ([], np.empty(0, np.int32))
-    live = np.empty(rows.num_rows, dtype=keyrun.ENTRY)
-    if rows.num_rows:
-        _fill(live, rows, ids, hashed=True)
-    entries = live
+    hashes = rows.column("key_hash").to_numpy()
+    prints = _keyprints(rows.column("key"))
+    contents = rows.column("content_hash").combine_chunks()
+    content = np.frombuffer(contents.buffers()[1], "V16", count=len(contents), offset=16 * contents.offset)
+    places = [ids, rows.column("row").to_numpy()]
     if len(deleted_keys):
-        gone = np.zeros(len(deleted_keys), dtype=keyrun.ENTRY)
         column = pa.array(list(deleted_keys), manifest_format.schema(key_type).field("key").type)
-        gone["key_hash"] = hashing.key_hash_array(column)
-        gone["chunk"] = keyrun.DELETED
-        gone["keyprint"] = np.frombuffer(hashing.keyprint_array(column), dtype="V16")
-        entries = np.concatenate([live, gone])
-    hashes = entries["key_hash"]
+        hashes = np.concatenate([hashes, hashing.key_hash_array(column)])
+        prints = np.concatenate([prints, _keyprints(column)])
+        content = np.concatenate([content, np.zeros(len(column), "V16")])
+        places = [
+            np.concatenate([ids.astype(np.uint32), np.full(len(column), keyrun.DELETED, np.uint32)]),
+            np.concatenate([places[1].astype(np.uint32), np.zeros(len(column), np.uint32)]),
+        ]
+    order = None
     if len(hashes) > 1 and not bool(np.all(hashes[1:] >= hashes[:-1])):  # (one split's staged rows are sorted)
-        entries = entries[np.argsort(hashes, kind="stable")]
+        order = np.argsort(hashes, kind="stable")
+    entries = np.empty(len(hashes), dtype=keyrun.ENTRY)
+    for name, values in (("key_hash", hashes), ("chunk", places[0]), ("row", places[1]), ("content", content)):
+        entries[name] = values if order is None else values[order]
+    del hashes, places, content, contents
+    entries["keyprint"] = prints if order is None else prints[order]
+    del prints, order
+    release_freed()  # (the commit writes the run next: a copy of its entries)
     return entries, list(names)
+
+
+def _keyprints(keys: pa.ChunkedArray | pa.Array) -> np.ndarray:
+    """The keyprints of ``keys`` as 16-byte values, :data:`_FULL_RUN_BATCH` keys at a time (bounded temporaries)."""
+    prints = np.empty(len(keys), "V16")
+    for start in range(0, len(keys), _FULL_RUN_BATCH):
+        part = keys.slice(start, _FULL_RUN_BATCH)
+        prints[start : start + len(part)] = hashing.keyprint_rows(part).view("V16").reshape(-1)
+    return prints
 
 
 def full_run(manifest: pa.Table, progress: bool = False) -> tuple[np.ndarray, list[str]]:
