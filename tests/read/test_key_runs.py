@@ -44,12 +44,25 @@ def _manifest_reader(reader: VersionReader) -> VersionReader:
 
 
 def _check_history(
-    root: str, history: list[tuple[str, list[str]]], *, reopen: bool, options: dict[str, str] | None = None
+    root: str,
+    history: list[tuple[str, list[str]]],
+    *,
+    reopen: bool,
+    options: dict[str, str] | None = None,
+    format_version: int = 3,
+    checkpoint_interval: int = 64,
 ) -> dict[str, Record]:
-    """Run ``history`` on a new format-3 store at ``root``; after each step, lookups through its key runs
-    (in a fresh handle if ``reopen``) give what a model of the history holds, and what the manifest says.
-    Returns the model: the records the store holds at the end."""
-    store = litstore.Store.create(root, key="id", chunk_bytes=2048, format_version=3, storage_options=options)
+    """Run ``history`` on a new store of ``format_version`` at ``root``; after each step, lookups through its
+    key runs (in a fresh handle if ``reopen``) give what a model of the history holds, and what the manifest
+    says. Returns the model: the records the store holds at the end."""
+    store = litstore.Store.create(
+        root,
+        key="id",
+        chunk_bytes=2048,
+        format_version=format_version,
+        checkpoint_interval=checkpoint_interval,
+        storage_options=options,
+    )
     model: dict[str, Record] = {}
     for step, (kind, keys) in enumerate(history):
         if kind == "append":

@@ -76,9 +76,7 @@ def root(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 
 @pytest.mark.parametrize(("world", "workers"), [(2, 2), (4, 0)])
-def test_global_batches_over_gloo_are_those_of_one_process(
-    root: str, tmp_path: Path, world: int, workers: int
-) -> None:
+def test_global_batches_over_gloo_are_those_of_one_process(root: str, tmp_path: Path, world: int, workers: int) -> None:
     os.environ["LITSTORE_VIEWS"] = str(tmp_path / "views-single")
     single = {str(seed): _batches(root, 1, 0, seed) for seed in SEEDS}
     out = tmp_path / "ranks"

@@ -26,7 +26,7 @@ filter that says "absent" for a key the run holds would hide the key's newest en
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 import numpy.typing as npt
@@ -83,10 +83,21 @@ def _checksums(bits: npt.NDArray[np.uint8], numbers: npt.NDArray[np.int64]) -> n
 
 def encode(key_hashes: npt.NDArray[np.uint64], prints: npt.NDArray[np.void]) -> bytes:
     """The filter of a run whose entries have ``key_hashes`` (sorted) and keyprints ``prints``."""
-    count = block_count(len(key_hashes))
+    sections = (
+        (key_hashes[start : start + _SECTION], prints[start : start + _SECTION])
+        for start in range(0, len(key_hashes), _SECTION)
+    )
+    return encode_sections(len(key_hashes), sections)
+
+
+def encode_sections(entries: int, sections: Iterable[tuple[npt.NDArray[np.uint64], npt.NDArray[np.void]]]) -> bytes:
+    """The filter of a run of ``entries`` entries given as ``sections`` (key hashes and keyprints, in key-hash
+    order, together ``entries`` long): what a run written piece by piece builds without holding its entries."""
+    count = block_count(entries)
     bits = np.zeros((count, _BITS_BYTES), dtype=np.uint8)
-    for start in range(0, len(key_hashes), _SECTION):
-        hashes, section_prints = key_hashes[start : start + _SECTION], prints[start : start + _SECTION]
+    for hashes, section_prints in sections:
+        if not len(hashes):
+            continue
         where = blocks_of(hashes, count)
         first, last = int(where[0]), int(where[-1])
         flags = np.zeros((last - first + 1, _BITS), dtype=bool)

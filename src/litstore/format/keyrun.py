@@ -36,8 +36,9 @@ table, chunk names of the layout. A run that fails is an :class:`~litstore.error
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import BinaryIO
 
 import numpy as np
 import xxhash
@@ -88,22 +89,104 @@ def encode(entries: np.ndarray, chunks: list[str], filtered: bool = False) -> by
     ``filtered``: with a key filter (format 5)."""
     if entries.dtype != ENTRY:
         raise ValueError("entries must be of the key run's entry type")
+    fences = np.ascontiguousarray(entries["key_hash"][::PAGE]).astype("<u8")
+    data = np.ascontiguousarray(entries).view(np.uint8).data  # the entries' bytes, not a copy
+    sums = _page_sums(data)
+    blocks = keyfilter.encode(entries["key_hash"], entries["keyprint"]) if filtered else b""
+    return b"".join((data, blocks, _tail(len(entries), chunks, fences, sums, filtered)))
+
+
+def _page_sums(data: memoryview | bytes) -> np.ndarray:
+    """The xxh3-64 of each page of entry bytes ``data`` (the last page may be short)."""
+    size = PAGE * ENTRY.itemsize
+    return np.array([xxhash.xxh3_64_intdigest(data[i : i + size]) for i in range(0, len(data), size)], dtype="<u8")
+
+
+def _tail(count: int, chunks: list[str], fences: np.ndarray, sums: np.ndarray, filtered: bool) -> bytes:
+    """What follows a run's entries and filter: its chunk table, fences, page sums and footer."""
     if len(chunks) >= MAX_CHUNKS:
         raise ValueError(f"a key run names at most {MAX_CHUNKS - 1} chunks")
     names = "\n".join(chunks).encode()
-    fences = np.ascontiguousarray(entries["key_hash"][::PAGE]).astype("<u8")
-    data = np.ascontiguousarray(entries).view(np.uint8).data  # the entries' bytes, not a copy
-    size = PAGE * ENTRY.itemsize
-    sums = np.array([xxhash.xxh3_64_intdigest(data[i : i + size]) for i in range(0, len(data), size)], dtype="<u8")
-    tail = names + fences.tobytes() + sums.tobytes()
-    if filtered:
-        blocks = keyfilter.encode(entries["key_hash"], entries["keyprint"])
-        magic, block_count = FILTERED_MAGIC, len(blocks) // keyfilter.BLOCK
-    else:
-        blocks, magic, block_count = b"", MAGIC, 0
+    tail = names + fences.astype("<u8").tobytes() + sums.astype("<u8").tobytes()
+    magic, block_count = (FILTERED_MAGIC, keyfilter.block_count(count)) if filtered else (MAGIC, 0)
     checksum = xxhash.xxh3_64_intdigest(tail)
-    footer = FOOTER.pack(magic, len(entries), PAGE, len(names), len(chunks), block_count, checksum)
-    return b"".join((data, blocks, tail, footer))
+    return tail + FOOTER.pack(magic, count, PAGE, len(names), len(chunks), block_count, checksum)
+
+
+class RunWriter:
+    """Writes one run into a file a batch of entries at a time: the run :func:`encode` makes of them all.
+
+    For runs too large to hold (a full run of a store of a hundred million records is
+    4.8 GB of entries): the entries go to ``file`` as they come, whole pages at a time;
+    only the fences and page sums (16 bytes a page) are held. :meth:`finish` reads the
+    entries back a section at a time to build the key filter (which must know the
+    entry count first), then writes the tail. ``file`` is opened for reading and
+    writing (``w+b``) and starts empty.
+    """
+
+    def __init__(self, file: BinaryIO, filtered: bool) -> None:
+        self._file, self._filtered = file, filtered
+        self._count = 0
+        self._held = np.empty(0, dtype=ENTRY)  # entries of a page not yet full
+        self._fences: list[np.ndarray] = []
+        self._sums: list[np.ndarray] = []
+        self._last_hash: int | None = None
+
+    @property
+    def entries(self) -> int:
+        """Entries added so far."""
+        return self._count + len(self._held)
+
+    def add(self, entries: np.ndarray) -> None:
+        """Append ``entries`` (sorted by key hash, none below the hashes added before)."""
+        if entries.dtype != ENTRY:
+            raise ValueError("entries must be of the key run's entry type")
+        if not len(entries):
+            return
+        hashes = entries["key_hash"]
+        if (self._last_hash is not None and int(hashes[0]) < self._last_hash) or bool(np.any(hashes[1:] < hashes[:-1])):
+            raise ValueError("a run's entries must be added in key-hash order")
+        self._last_hash = int(hashes[-1])
+        joined = np.concatenate([self._held, entries]) if len(self._held) else entries
+        whole = len(joined) // PAGE * PAGE
+        self._write_pages(joined[:whole])
+        self._held = joined[whole:].copy()
+
+    def _write_pages(self, entries: np.ndarray) -> None:
+        if not len(entries):
+            return
+        data = np.ascontiguousarray(entries).view(np.uint8).data
+        self._file.write(data)
+        self._fences.append(np.ascontiguousarray(entries["key_hash"][::PAGE]).astype("<u8"))
+        self._sums.append(_page_sums(data))
+        self._count += len(entries)
+
+    def finish(self, chunks: list[str]) -> int:
+        """Write the last page, the filter and the tail over ``chunks``; the run's size in bytes."""
+        self._write_pages(self._held)
+        self._held = np.empty(0, dtype=ENTRY)
+        if self._filtered:
+            self._file.write(keyfilter.encode_sections(self._count, self._read_back()))
+        empty = np.empty(0, dtype="<u8")
+        fences = np.concatenate(self._fences) if self._fences else empty
+        sums = np.concatenate(self._sums) if self._sums else empty
+        self._file.write(_tail(self._count, chunks, fences, sums, self._filtered))
+        self._file.flush()
+        return self._file.tell()
+
+    def _read_back(self) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """The key hashes and keyprints of the entries written, a section at a time."""
+        end = self._file.tell()
+        size = _READ_BACK * ENTRY.itemsize
+        for start in range(0, self._count * ENTRY.itemsize, size):
+            self._file.seek(start)
+            section = np.frombuffer(self._file.read(min(size, self._count * ENTRY.itemsize - start)), dtype=ENTRY)
+            yield section["key_hash"], section["keyprint"]
+        self._file.seek(end)
+
+
+#: Entries :class:`RunWriter` reads back at a time to build its filter (12 MB).
+_READ_BACK = 1 << 18
 
 
 def footer_size() -> int:

@@ -35,10 +35,11 @@ Pure: no I/O beyond bytes in and out.
 
 from __future__ import annotations
 
+import itertools
 import tempfile
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from enum import StrEnum
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 import pyarrow as pa
@@ -177,17 +178,7 @@ def to_parquet(table: pa.Table, *, key_hash: bool) -> bytes:
     if not key_hash and "key_hash" in table.column_names:
         table = table.drop_columns(["key_hash"])
     target = decoded(table.slice(0, 0)).schema
-    # Dictionaries only where values repeat (a dictionary of unique keys or hashes costs
-    # bytes and time in every row group); delta encodings where neighbours are close
-    # (row numbers, sorted key hashes, keys sharing prefixes).
-    encodings = {"row": "DELTA_BINARY_PACKED", "key_hash": "DELTA_BINARY_PACKED"}
-    if "key" in target.names:
-        encodings["key"] = "DELTA_BYTE_ARRAY" if pa.types.is_string(target.field("key").type) else "DELTA_BINARY_PACKED"
-    options: dict[str, Any] = {
-        "compression": "zstd",
-        "use_dictionary": [name for name in target.names if name not in _UNIQUE_COLUMNS and name not in encodings],
-        "column_encoding": {name: encoding for name, encoding in encodings.items() if name in target.names},
-    }
+    options = _options(target)
     if table.num_rows <= _SLICE_ROWS:  # one row group, a small file: made in memory
         # A small delta's footer was a third of its bytes (1.5 of 4.4 KB for 100 rows): no copy of
         # the Arrow schema (every reader casts to the manifest's, and its types are Parquet's
@@ -208,6 +199,47 @@ def to_parquet(table: pa.Table, *, key_hash: bool) -> bytes:
                     writer.write_table(decoded(table.slice(start, _SLICE_ROWS)))
         spool.seek(0)
         return spool.read()
+
+
+def _options(target: pa.Schema) -> dict[str, Any]:
+    """The Parquet writer's options for a file of ``target``'s columns."""
+    # Dictionaries only where values repeat (a dictionary of unique keys or hashes costs
+    # bytes and time in every row group); delta encodings where neighbours are close
+    # (row numbers, sorted key hashes, keys sharing prefixes).
+    encodings = {"row": "DELTA_BINARY_PACKED", "key_hash": "DELTA_BINARY_PACKED"}
+    if "key" in target.names:
+        encodings["key"] = "DELTA_BYTE_ARRAY" if pa.types.is_string(target.field("key").type) else "DELTA_BINARY_PACKED"
+    return {
+        "compression": "zstd",
+        "use_dictionary": [name for name in target.names if name not in _UNIQUE_COLUMNS and name not in encodings],
+        "column_encoding": {name: encoding for name, encoding in encodings.items() if name in target.names},
+    }
+
+
+def write_parquet(parts: Iterable[pa.Table], schema: pa.Schema, file: BinaryIO, *, key_hash: bool) -> int:
+    """Write the rows of ``parts`` (tables of ``schema``, plain columns) into ``file`` as the Parquet file
+    :func:`to_parquet` makes of them all; the rows written.
+
+    For a checkpoint of a version too large to hold (:mod:`litstore.txn.checkpoint`):
+    rows are written in row groups of :data:`_SLICE_ROWS` as they come, so what is held
+    is one group and the writer's buffers, however many rows the file gets.
+    """
+    if not key_hash and "key_hash" in schema.names:
+        schema = schema.remove(schema.get_field_index("key_hash"))
+    held: list[pa.Table] = []
+    count = written = 0
+    with pq.ParquetWriter(file, schema, **_options(schema)) as writer:
+        for part in itertools.chain(parts, [None]):
+            if part is not None:
+                held.append(part.select(schema.names))
+                count += part.num_rows
+            if count >= _SLICE_ROWS or (part is None and count):
+                table = pa.concat_tables(held)
+                whole = count if part is None else count // _SLICE_ROWS * _SLICE_ROWS
+                for start in range(0, whole, _SLICE_ROWS):
+                    writer.write_table(table.slice(start, min(_SLICE_ROWS, whole - start)))
+                held, count, written = [table.slice(whole)], count - whole, written + whole
+    return written
 
 
 def from_parquet(
@@ -242,19 +274,21 @@ def from_parquet(
 
 
 def row_groups_from_parquet(
-    data: bytes, path: str, key_type: str, delta: bool, fields: dict[str, str] | None = None
+    data: bytes | BinaryIO, path: str, key_type: str, delta: bool, fields: dict[str, str] | None = None
 ) -> Iterator[pa.Table]:
     """:func:`from_parquet`, one row group at a time: every column, each group checked as that checks a file.
 
     For readers that stream every row of a large file (``sql()`` on a large version),
     holding one row group's rows (:data:`_SLICE_ROWS` as litstore writes them) at a time.
+    ``data``: the file's bytes, or the file open for reading.
 
     Raises:
         IntegrityError: the file at ``path`` is damaged or does not have the manifest's columns.
     """
     expected = delta_schema(key_type, fields) if delta else schema(key_type, fields)
+    source = data if hasattr(data, "read") else pa.BufferReader(data)  # (a file is read a group at a time)
     try:
-        file = pq.ParquetFile(pa.BufferReader(data), read_dictionary=["split", "chunk"])
+        file = pq.ParquetFile(source, read_dictionary=["split", "chunk"])
         names = [name for name in file.schema_arrow.names if name != "key_hash"]
         groups = file.num_row_groups
     except (pa.ArrowException, OSError, KeyError, ValueError) as exc:

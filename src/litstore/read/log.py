@@ -211,16 +211,17 @@ def read_manifest_row_groups(
 ) -> Iterator[pa.Table]:
     """:func:`read_manifest_file`, one row group at a time, each checked as that checks a whole file.
 
-    Nothing is read until the first group is asked for. Holds the file's bytes (compressed:
-    a few bytes a row) and one decoded row group.
+    Nothing is read until the first group is asked for. Holds one decoded row group and
+    the file's bytes (compressed: a few bytes a row), or locally the open file, read a
+    group at a time (a checkpoint of a hundred million records is gigabytes).
 
     Raises:
         IntegrityError: the file is damaged or names a chunk outside the layout.
     """
-    data = storage.read(path)
-    for table in manifest_format.row_groups_from_parquet(data, path, config.key_type, delta, fields):
-        _check_chunk_names(table, path, delta)
-        yield table
+    with storage.reading(path) as handle:
+        for table in manifest_format.row_groups_from_parquet(handle, path, config.key_type, delta, fields):
+            _check_chunk_names(table, path, delta)
+            yield table
 
 
 def _check_chunk_names(table: pa.Table, path: str, delta: bool) -> None:

@@ -204,8 +204,10 @@ def stream_compose(
     delta mentions are left out, the rest (less deletions) yielded at once. What is held
     beside one part is the keys and key hashes of the deltas read so far
     (:class:`MentionedKeys`: O(rows since the checkpoint), never a table of the
-    version); those of the last file are not kept. Yields only non-empty tables, in the
-    manifest's schema or only its ``columns``.
+    version); those of the last file are not kept, nor those of added rows: an added key
+    is one the parent did not hold, so no older file has a live row of it that a newer
+    mention does not already hide (a store built by appends holds no keys at all here).
+    Yields only non-empty tables, in the manifest's schema or only its ``columns``.
     """
     full = manifest_format.schema(key_type, fields)
     target = full if columns is None else pa.schema([full.field(name) for name in columns])
@@ -219,7 +221,8 @@ def stream_compose(
                 if gone.any():
                     part = part.filter(pa.array(~gone))
             if keep_keys:
-                found.append((_one_array(part.column("key")), _one_array(part.column("key_hash")).to_numpy()))
+                hiding = without_change(part, ChangeKind.ADDED)
+                found.append((_one_array(hiding.column("key")), _one_array(hiding.column("key_hash")).to_numpy()))
             kept = without_change(part, ChangeKind.DELETED)
             if kept.num_rows:
                 yield kept.select(target.names).cast(target)

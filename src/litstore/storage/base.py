@@ -27,7 +27,9 @@ A new backend is one module with a subclass of :class:`Storage`, one entry in
 
 from __future__ import annotations
 
+import io
 import mmap
+import os
 import re
 import shutil
 import tempfile
@@ -35,7 +37,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, BinaryIO, NamedTuple
 
 from litstore.errors import MissingFileError, UnsafePathError
 
@@ -210,6 +212,33 @@ class Storage(ABC):
                     self.write_file(f"{prefix}/{file.relative_to(directory).as_posix()}", str(file))
         finally:
             shutil.rmtree(directory, ignore_errors=True)
+
+    @contextmanager
+    def reading(self, path: str) -> Iterator[BinaryIO]:
+        """The file open for reading (seekable), for readers that take a large file a part at a time.
+
+        By default its bytes, read whole (:meth:`read`); locally the open file itself.
+
+        Raises:
+            MissingFileError: there is no such file.
+        """
+        yield io.BytesIO(self.read(path))
+
+    @contextmanager
+    def writing(self, path: str) -> Iterator[BinaryIO]:
+        """A file (open for reading and writing, empty) whose bytes become ``path`` when the block ends.
+
+        For files too large to hold as bytes (a checkpoint or key run of a store of a
+        hundred million records): written as they are made, then published whole, as
+        :meth:`write` publishes. By default spooled through a local temporary file and
+        handed to :meth:`write_file`; if the block raises, nothing is published.
+        """
+        check_path(path)
+        with tempfile.TemporaryDirectory(prefix="litstore-spool-") as directory:
+            spool = os.path.join(directory, "file")
+            with open(spool, "w+b") as handle:
+                yield handle
+            self.write_file(path, spool)
 
     def write_file(self, path: str, local: str) -> None:
         """Copy a local file into the store (backends may stream it)."""

@@ -32,7 +32,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 import pydantic
 
@@ -222,6 +222,16 @@ class BranchStorage(Storage):
 
     def write_file(self, path: str, local: str) -> None:
         self.root.write_file(self._map(path), local)
+
+    @contextmanager
+    def reading(self, path: str) -> Iterator[BinaryIO]:
+        with self.root.reading(self._map(path)) as handle:
+            yield handle
+
+    @contextmanager
+    def writing(self, path: str) -> Iterator[BinaryIO]:
+        with self.root.writing(self._map(path)) as handle:
+            yield handle
 
 
 def open_branch(root: Storage, name: str) -> Storage:

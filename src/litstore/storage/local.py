@@ -21,7 +21,7 @@ import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from litstore.errors import MissingFileError, StorageError, UnsafePathError
 from litstore.storage.base import FileInfo, LocalInput, Storage, check_path
@@ -151,6 +151,43 @@ class LocalStorage(Storage):
             with contextlib.suppress(OSError):  # it may never have been created (no directory to hold it)
                 temporary.unlink(missing_ok=True)
             raise StorageError(f"cannot write {path!r} in {self.root}: {exc}") from exc
+
+    @contextmanager
+    def reading(self, path: str) -> Iterator[BinaryIO]:
+        with self._open(path) as handle:
+            yield handle
+
+    @contextmanager
+    def writing(self, path: str) -> Iterator[BinaryIO]:
+        """A temporary file beside the target, renamed onto it when the block ends (removed if it raises)."""
+        target = self._full(path)
+        temporary = _temporary_beside(target)
+        try:
+            try:
+                handle = open(temporary, "w+b")
+            except FileNotFoundError:  # the first file of its directory
+                self._make_parents(path, target)
+                handle = open(temporary, "w+b")
+        except OSError as exc:
+            raise StorageError(f"cannot write {path!r} in {self.root}: {exc}") from exc
+        try:
+            with handle:
+                yield handle
+            os.replace(temporary, target)
+        except OSError as exc:
+            raise StorageError(f"cannot write {path!r} in {self.root}: {exc}") from exc
+        finally:
+            with contextlib.suppress(OSError):
+                temporary.unlink(missing_ok=True)
+
+    def write_file(self, path: str, local: str) -> None:
+        """Copy the local file into the store through :meth:`writing`: its bytes are never held at once."""
+        try:
+            source = open(local, "rb")
+        except OSError as exc:
+            raise StorageError(f"cannot read {local!r} to write {path!r} in {self.root}: {exc}") from exc
+        with source, self.writing(path) as handle:
+            shutil.copyfileobj(source, handle, 1 << 20)
 
     def overwrite(self, path: str, data: bytes) -> None:
         """Write the bytes into the file where it stands, no rename: on ext4, renaming over an existing file

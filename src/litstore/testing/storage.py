@@ -188,6 +188,35 @@ class StorageTests:
         storage.write_file("a/copied.bin", str(source))
         assert storage.read("a/copied.bin") == b"from disk" * 1000
 
+    def test_reading_gives_the_file_to_seek_in(self, storage: Storage) -> None:
+        storage.write("r/file.bin", b"0123456789" * 100)
+        with storage.reading("r/file.bin") as handle:
+            handle.seek(990)
+            assert handle.read() == b"0123456789"
+            handle.seek(0)
+            assert handle.read(3) == b"012"
+        with pytest.raises(MissingFileError), storage.reading("r/missing.bin"):
+            pass
+
+    def test_writing_publishes_the_file_when_the_block_ends(self, storage: Storage) -> None:
+        with storage.writing("w/streamed.bin") as handle:
+            handle.write(b"head" * 1000)
+            handle.seek(0)
+            assert handle.read(4) == b"head"  # (open for reading too: a key run reads its entries back)
+            handle.seek(0, 2)
+            handle.write(b"tail")
+            assert not storage.exists("w/streamed.bin")  # nothing is published before the block ends
+        assert storage.read("w/streamed.bin") == b"head" * 1000 + b"tail"
+        assert storage.temporary_files("w") == []
+
+    def test_writing_publishes_nothing_if_the_block_raises(self, storage: Storage) -> None:
+        storage.write("w/kept.bin", b"old")
+        with pytest.raises(RuntimeError), storage.writing("w/kept.bin") as handle:
+            handle.write(b"new, half written")
+            raise RuntimeError("the writer failed")
+        assert storage.read("w/kept.bin") == b"old"
+        assert storage.temporary_files("w") == []
+
     # --- read_range -----------------------------------------------------------------
 
     def test_read_range_inside(self, storage: Storage) -> None:

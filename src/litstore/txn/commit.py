@@ -62,6 +62,7 @@ from litstore.read.keyruns import has_key_index
 from litstore.read.memory import release_freed
 from litstore.txn import claims, fields, keyruns, leases, race, upgrade
 from litstore.txn.change import Change, Compaction, Delete, FieldAddition, Merge, Upgrade, Write
+from litstore.txn.checkpoint import write_checkpoint
 from litstore.txn.plan import Plan
 from litstore.txn.stage import Moved, StagedFragment, discard, write_fragment
 
@@ -309,26 +310,32 @@ def publish(
     # Format 4 writes few delta rows per change (no moved rows): it lets the chain grow to
     # twice the live rows, so a store written by appends gets no checkpoint from its first delete.
     allowed = sum(counts.values()) * (2 if config.writes_deletion_vectors else 1)
+    # A checkpoint is composed in memory where the manifest is at hand (a compaction composes it to plan;
+    # a head that built it), else streamed from the files (txn/checkpoint.py): a store of any size.
+    in_memory = operation == "compact" or head.built_manifest is not None
     if operation == "compact" or number % config.checkpoint_interval == 0 or pending_rows > allowed:
-        full = _applied(head.manifest(), delta, config.key_type, declared_fields(config, parent))
         checkpoint_path = layout.manifest_checkpoint(number, transaction)
-        storage.write(checkpoint_path, manifest_format.to_parquet(full, key_hash=config.stores_key_hash))
         written.append(checkpoint_path)
+        if in_memory:
+            full = _applied(head.manifest(), delta, config.key_type, declared_fields(config, parent))
+            storage.write(checkpoint_path, manifest_format.to_parquet(full, key_hash=config.stores_key_hash))
+        else:
+            write_checkpoint(head, delta, checkpoint_path)
         pending_rows = 0
     key_runs: tuple[KeyRunRef, ...] = ()  # a writer holding a format-2 config lists none, not its parent's
     if config.writes_key_runs:
-        older = parent.key_runs
+        filtered = config.writes_key_filters
+        run = keyruns.entries_of(current.rows, current.deleted.keys, config.key_type)
         # One run of every record: where the manifest is composed anyway (compaction, a checkpoint), which
         # bounds a version's runs by the commits since the last checkpoint, and where the parent has none.
-        if operation == "compact" or checkpoint_path is not None or not has_key_index(parent):
+        if not has_key_index(parent) or (full is not None and (operation == "compact" or checkpoint_path)):
             if full is None:
                 full = _applied(head.manifest(), delta, config.key_type, declared_fields(config, parent))
-            run, older = keyruns.full_run(full), ()
+            key_runs, run_files = keyruns.write_runs(storage, number, transaction, keyruns.full_run(full), (), filtered)
+        elif checkpoint_path is not None:  # merged from the runs a range of key hashes at a time
+            key_runs, run_files = keyruns.write_full_run(storage, number, transaction, run, parent.key_runs, filtered)
         else:
-            run = keyruns.entries_of(current.rows, current.deleted.keys, config.key_type)
-        key_runs, run_files = keyruns.write_runs(
-            storage, number, transaction, run, older, config.writes_key_filters
-        )
+            key_runs, run_files = keyruns.write_runs(storage, number, transaction, run, parent.key_runs, filtered)
         written.extend(run_files)
     fragment_ids = sorted(
         {chunk.filename.split("/")[1] for listed in current.staged_chunks.values() for chunk in listed}

@@ -15,10 +15,12 @@ is rewritten O(log N) times over its life. A commit's merges write at most
 more (a large append merges into runs of its own size, so building a store by large
 appends keeps few runs); larger merges wait for the next checkpoint or compaction.
 
-**Full runs at checkpoints.** A commit that writes a checkpoint composes the whole
-manifest anyway; it writes one run of every record too (:func:`full_run`), so a
-version has at most the runs of the commits since the last checkpoint (at most
-``checkpoint_interval``, merged as above), however many records the store holds.
+**Full runs at checkpoints.** A commit that writes a checkpoint writes one run of every
+record too, so a version has at most the runs of the commits since the last checkpoint
+(at most ``checkpoint_interval``, merged as above), however many records the store
+holds: from the manifest where it is in memory (:func:`full_run`), else merged from the
+commit's run and every parent run one range of key hashes at a time
+(:func:`write_full_run`), in memory bounded by one range.
 
 **Full runs.** Compaction and checkpoints write one run of every record of the version they commit
 (:func:`full_run`, from the version's manifest, which compaction composes anyway), so
@@ -30,6 +32,7 @@ successors list, and their lookups would miss every older key.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 
 import numpy as np
@@ -47,6 +50,8 @@ from litstore.txn.progress import bar
 #: :data:`MERGE_FACTOR` times the entries of its own run.
 MERGE_LIMIT = 1 << 20
 MERGE_FACTOR = 4
+#: Entries of all runs :func:`write_full_run` merges at once (one range of key hashes, ~50 MB).
+_MERGE_RANGE = 1 << 20
 #: Records :func:`full_run` hashes at once.
 _FULL_RUN_BATCH = 1 << 18
 
@@ -149,17 +154,33 @@ def merged(
     (new_entries, new_names), (old_entries, old_names) = newer, older
     names = list(dict.fromkeys(new_names + old_names))
     place = {name: number for number, name in enumerate(names)}
+    parts = [_renumbered(entries, own, place) for entries, own in ((new_entries, new_names), (old_entries, old_names))]
+    kept = _newest(parts, oldest)
+    used = np.unique(kept["chunk"][kept["chunk"] != keyrun.DELETED])
+    if len(used) < len(names):  # chunks no entry names any more leave the table
+        mapping = np.full(len(names), keyrun.DELETED, dtype=np.uint32)
+        mapping[used] = np.arange(len(used), dtype=np.uint32)
+        live = kept["chunk"] != keyrun.DELETED
+        kept["chunk"][live] = mapping[kept["chunk"][live]]
+        names = [names[i] for i in used.tolist()]
+    return kept, names
 
-    def renumbered(entries: np.ndarray, own: list[str]) -> np.ndarray:
-        entries = entries.copy()
-        live = entries["chunk"] != keyrun.DELETED
-        mapping = np.array([place[name] for name in own], dtype=np.uint32)
-        if len(mapping):
-            entries["chunk"][live] = mapping[entries["chunk"][live]]
-        return entries
 
-    both = np.concatenate([renumbered(new_entries, new_names), renumbered(old_entries, old_names)])
-    age = np.concatenate([np.zeros(len(new_entries), np.uint8), np.ones(len(old_entries), np.uint8)])
+def _renumbered(entries: np.ndarray, own: Sequence[str], place: dict[str, int]) -> np.ndarray:
+    """A copy of ``entries`` (whose chunk ids index ``own``) with chunk ids into the table ``place`` numbers."""
+    entries = entries.copy()
+    live = entries["chunk"] != keyrun.DELETED
+    mapping = np.array([place[name] for name in own], dtype=np.uint32)
+    if len(mapping):
+        entries["chunk"][live] = mapping[entries["chunk"][live]]
+    return entries
+
+
+def _newest(parts: Sequence[np.ndarray], oldest: bool) -> np.ndarray:
+    """The newest entry of each key of ``parts`` (newest part first, chunk ids of one table), in key-hash
+    order; deleted entries dropped if ``oldest`` (nothing older is left for them to hide)."""
+    both = np.concatenate(parts)
+    age = np.concatenate([np.full(len(part), number, np.uint16) for number, part in enumerate(parts)])
     prints = np.ascontiguousarray(both["keyprint"]).view(np.uint64).reshape(-1, 2)
     order = np.lexsort((age, prints[:, 1], prints[:, 0], both["key_hash"]))
     both, prints = both[order], prints[order]
@@ -170,14 +191,63 @@ def merged(
     kept = both[first]
     if oldest:
         kept = kept[kept["chunk"] != keyrun.DELETED]
-    used = np.unique(kept["chunk"][kept["chunk"] != keyrun.DELETED])
-    if len(used) < len(names):  # chunks no entry names any more leave the table
-        mapping = np.full(len(names), keyrun.DELETED, dtype=np.uint32)
-        mapping[used] = np.arange(len(used), dtype=np.uint32)
-        live = kept["chunk"] != keyrun.DELETED
-        kept["chunk"][live] = mapping[kept["chunk"][live]]
-        names = [names[i] for i in used.tolist()]
-    return kept, names
+    return kept
+
+
+class _NothingLive(Exception):
+    """A full run being written has no entry: it is not published."""
+
+
+def write_full_run(
+    storage: Storage,
+    number: int,
+    transaction: str,
+    run: tuple[np.ndarray, list[str]],
+    parent_runs: tuple[KeyRunRef, ...],
+    filtered: bool,
+) -> tuple[tuple[KeyRunRef, ...], list[str]]:
+    """Write version ``number``'s one run of every record: ``run`` (its commit's) merged with every one of
+    ``parent_runs``, one range of key hashes at a time, as :func:`write_runs` returns its runs.
+
+    What a checkpoint writes where the parent's manifest is not in memory: the run
+    :func:`full_run` makes of the composed manifest, built without it. Each range
+    holds about :data:`_MERGE_RANGE` entries of all runs (key hashes are uniform, so
+    ranges are cut evenly), is merged by :func:`_newest` and streamed to the run's file
+    (:class:`~litstore.format.keyrun.RunWriter`): memory is one range, whatever the
+    store holds. The chunk table is every table's names; a name no live entry uses any
+    more stays in it (harmless: a run's table only resolves its entries' ids).
+    """
+    entries, names = run
+    readers = [RunReader(storage, ref) for ref in parent_runs]
+    tables = [list(names)] + [list(reader.tail().chunks) for reader in readers]
+    union = list(dict.fromkeys(name for table in tables for name in table))
+    place = {name: position for position, name in enumerate(union)}
+    total = len(entries) + sum(ref.entries for ref in parent_runs)
+    ranges = max(1, -(-total // _MERGE_RANGE))
+    cuts: list[int | None] = [(position << 64) // ranges for position in range(ranges)] + [None]
+    path = layout.key_run(number, transaction)
+    try:
+        with storage.writing(path) as handle:
+            writer = keyrun.RunWriter(handle, filtered)
+            for low, high in itertools.pairwise(cuts):
+                assert low is not None
+                hashes = entries["key_hash"]
+                start = int(np.searchsorted(hashes, np.uint64(low), "left"))
+                stop = len(entries) if high is None else int(np.searchsorted(hashes, np.uint64(high), "left"))
+                parts = [_renumbered(entries[start:stop], tables[0], place)]
+                parts += [
+                    _renumbered(reader.between(low, high), table, place)
+                    for reader, table in zip(readers, tables[1:], strict=True)
+                ]
+                writer.add(_newest(parts, oldest=True))
+                del parts
+                release_freed()
+            size = writer.finish(union)
+            if not writer.entries:  # every record deleted: the version lists no run (see has_key_index)
+                raise _NothingLive
+    except _NothingLive:
+        return (), []
+    return (KeyRunRef(path=path, entries=writer.entries, size=size),), [path]
 
 
 def write_runs(
