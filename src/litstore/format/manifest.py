@@ -423,7 +423,7 @@ def row_groups_of_parquet(
         source = data if isinstance(data, pa.NativeFile) else pa.BufferReader(data)  # (a file: read by ranges)
         file = pq.ParquetFile(source, read_dictionary=[name for name in encoded if name in names])
         groups = file.num_row_groups
-    except (pa.ArrowException, OSError, ValueError) as exc:
+    except (pa.ArrowException, OSError, KeyError, ValueError) as exc:  # (KeyError: a column's name damaged)
         raise IntegrityError(f"manifest file {path} is damaged: {exc}") from exc
     for group in range(groups):
         try:
