@@ -4,7 +4,8 @@ elastic resume.
 The order logic is tested on its own (:mod:`litstore.order`, ranks and workers
 simulated as a ``DataLoader`` takes batches from its workers), then through real
 ``StreamingDataLoader``s over a real store in one process, each rank a dataset made with
-its rank and world size. ``tests/streaming/test_global_order_ddp.py`` runs the same over
+its rank and world size, with and without DataLoader worker processes (a state saved at
+one world size and worker count resumes at another). ``tests/streaming/test_global_order_ddp.py`` runs the same over
 gloo process groups with worker processes.
 """
 
@@ -114,12 +115,14 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> litstore.Store:
     return made
 
 
-def _loaders(store: litstore.Store, world: int, seed: int, **options: Any) -> list[StreamingDataLoader]:
+def _loaders(
+    store: litstore.Store, world: int, seed: int, workers: int = 0, **options: Any
+) -> list[StreamingDataLoader]:
     loaders = []
     for rank in range(world):
         dataset = store.dataset(order="global", shuffle=True, seed=seed, **options)
         dataset.distributed_env = _DistributedEnv(world_size=world, global_rank=rank, num_nodes=1)
-        loaders.append(StreamingDataLoader(dataset, batch_size=GLOBAL_BATCH // world, num_workers=0))
+        loaders.append(StreamingDataLoader(dataset, batch_size=GLOBAL_BATCH // world, num_workers=workers))
     return loaders
 
 
@@ -166,6 +169,31 @@ def test_a_loader_state_resumes_at_any_world_size_with_exactly_the_rest(store: l
                 after = _steps(resumed)
                 assert before + after == whole, (saved_at, resumed_at, cut)
     assert len(epoch) == len(set(epoch))
+
+
+# (world size, worker processes) saved at -> resumed at, and drop_last: every (A, B) in {1, 2, 4}², workers
+# changing too, each pair once (both drop_last settings are covered with 0 workers above).
+_ELASTIC = [
+    ((1, 2), (1, 0), False), ((1, 0), (2, 2), True), ((1, 2), (4, 1), False),
+    ((2, 2), (1, 1), True), ((2, 1), (2, 2), False), ((2, 2), (4, 0), True),
+    ((4, 0), (1, 2), False), ((4, 2), (2, 0), True), ((4, 1), (4, 2), False),
+]  # fmt: skip
+
+
+@pytest.mark.integration  # DataLoader worker processes
+@pytest.mark.parametrize(("saved", "resumed", "drop_last"), _ELASTIC)
+def test_a_state_saved_with_worker_processes_resumes_at_another_world_size_and_worker_count(
+    store: litstore.Store, saved: tuple[int, int], resumed: tuple[int, int], drop_last: bool
+) -> None:
+    whole = _steps(_loaders(store, 1, 5, drop_last=drop_last))
+    for cut in (1, len(whole) // 2, len(whole) - 1, len(whole)):  # first batch, mid-epoch, last batch, after it
+        saving = _loaders(store, saved[0], 5, saved[1], drop_last=drop_last)
+        before = _steps(saving, cut)
+        state = copy.deepcopy(saving[0].state_dict())
+        resuming = _loaders(store, resumed[0], 5, resumed[1], drop_last=drop_last)
+        for loader in resuming:
+            loader.load_state_dict(copy.deepcopy(state))
+        assert before + _steps(resuming) == whole, (saved, resumed, cut)
 
 
 def test_after_an_end_of_epoch_state_the_next_epoch_is_the_same_as_without_a_restart(store: litstore.Store) -> None:
