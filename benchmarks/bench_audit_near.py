@@ -61,7 +61,7 @@ def main() -> None:
         tracemalloc.start()
     start = time.perf_counter()
     lsh = MinHashLSH(threshold=0.8, num_perm=audit_near.PERMUTATIONS)
-    signatures = np.frombuffer(finder._texts, dtype=np.uint32).reshape(-1, audit_near.PERMUTATIONS)
+    signatures = np.asarray(finder._texts.array())
     for row, signature in enumerate(signatures):
         lsh.insert(row, LeanMinHash(seed=1, hashvalues=signature.astype(np.uint64), scheme="affine32"))
     inserted = time.perf_counter()

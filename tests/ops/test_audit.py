@@ -146,3 +146,20 @@ def test_dead_rows_of_a_store_with_holes_are_not_audited(make_store: Callable[..
     found = store.audit()
     assert found.records_checked == 41
     assert found.duplicate_groups == (("copy", "k4"),)
+
+
+@pytest.mark.parametrize("format_version", [2, 5])
+def test_splits_of_every_format_are_those_of_the_manifest(tmp_path: Path, format_version: int) -> None:
+    """A format-2 version is walked through its manifest's key index, a later one chunk by chunk: the splits an
+    audit reports are the manifest's in both."""
+    store = litstore.Store.create(
+        tmp_path / "s", key="id", splits=litstore.HashSplit(a=0.3, b=0.3, c=0.4), chunk_bytes=512,
+        format_version=format_version,
+    )  # fmt: skip
+    store.append([{"id": f"k{n}", **_content(n % 7)} for n in range(60)])
+    split_of = dict(zip(*(store.manifest().column(name).to_pylist() for name in ("key", "split")), strict=True))
+    report = litstore.open(store.root).audit(examples=7)
+    assert report.duplicate_group_count == 7 and report.duplicate_record_count == 60
+    for group in report.cross_split_groups:
+        assert all(split_of[key] == split for split, keys in group.items() for key in keys)
+    assert report.cross_split_group_count == len(report.cross_split_groups) == 7

@@ -5,8 +5,9 @@ their key have different content hashes and the manifest cannot find them. ``aud
 therefore decodes every record, drops the key field, encodes the rest canonically
 (:func:`litstore.format.codec.encode`) and hashes it
 (:func:`litstore.format.hashing.content_hash`). Records are read chunk by chunk and
-only a 16-byte digest per record is kept, so memory grows with the number of records,
-never with their size.
+only a few fixed bytes per record are kept (its digest, split and where its key is:
+:mod:`litstore.ops.audit_rows`), so memory grows with the number of records at about 26
+bytes each, never with their size or their keys, and no manifest is composed.
 
 Two kinds of finding:
 
@@ -17,12 +18,11 @@ Two kinds of finding:
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import pyarrow as pa
-import pyarrow.compute as pc
+import numpy as np
 from tqdm.auto import tqdm
 
 from litstore.errors import InvalidArgumentError, describe
@@ -30,12 +30,10 @@ from litstore.format import codec, hashing
 from litstore.format.models import FieldSplit
 from litstore.format.stored_media import keeping_media
 from litstore.ops import audit_near
+from litstore.ops.audit_rows import AuditedRows, duplicate_groups
 
 if TYPE_CHECKING:
     from litstore.read.version import VersionReader
-
-# Records hashed between two conversions to Arrow (and progress updates).
-_BATCH = 4096
 
 
 @dataclass(frozen=True)
@@ -161,39 +159,34 @@ def audit(
     if isinstance(image_distance, bool) or not isinstance(image_distance, int) or not 0 <= image_distance < 32:
         raise InvalidArgumentError(f"image_distance is a number of bits in 0..31, not {image_distance!r}")
     finder = audit_near.NearDuplicates(threshold, image_distance) if near else None
-    manifest = snapshot.manifest()
-    key_type = manifest.schema.field("key").type
-    parts = list(_digests(snapshot, key_type, chosen, finder, progress))
-    digests = pa.Table.from_batches(parts, schema=_schema(key_type))
-    if chosen is not None and digests.num_rows == 0 and len(snapshot):
-        raise InvalidArgumentError(f"no record of version {snapshot.version.number} has any of the fields {chosen}")
-    splits = manifest.select(["key", "split"])
-    sizes = digests.group_by("digest").aggregate([("key", "count")])
-    repeated = sizes.filter(pc.greater(sizes.column("key_count"), 1)).column("digest")
-    rows = digests.filter(pc.is_in(digests.column("digest"), repeated)).join(splits, "key")
-    groups: dict[bytes, list[tuple[Any, str]]] = {}
-    for key, digest, split in zip(*(rows.column(name).to_pylist() for name in ("key", "digest", "split")), strict=True):
-        groups.setdefault(digest, []).append((key, split))
-    ordered = sorted((sorted(group) for group in groups.values()), key=lambda group: (-len(group), group[0][0]))
-    across = [group for group in ordered if len({split for _, split in group}) > 1]
-    near_groups = _near_groups(finder, digests, splits) if finder is not None else []
-    near_across = [group for group in near_groups if len(group.splits) > 1]
-    return AuditReport(
-        version=snapshot.version.number,
-        records_checked=len(snapshot),
-        fields=None if chosen is None else tuple(chosen),
-        duplicate_group_count=len(ordered),
-        duplicate_record_count=sum(len(group) for group in ordered),
-        cross_split_group_count=len(across),
-        cross_split_record_count=sum(len(group) for group in across),
-        duplicate_groups=tuple(tuple(key for key, _ in group) for group in ordered[:examples]),
-        cross_split_groups=tuple(_by_split(group) for group in across[:examples]),
-        near=near,
-        near_group_count=len(near_groups),
-        near_record_count=sum(len(group.keys) for group in near_groups),
-        near_cross_split_group_count=len(near_across),
-        near_groups=tuple(near_groups[:examples]),
-    )
+    rows = AuditedRows(snapshot.config.key_type)
+    try:
+        _read(snapshot, rows, chosen, finder, progress)
+        if chosen is not None and not len(rows) and len(snapshot):
+            raise InvalidArgumentError(f"no record of version {snapshot.version.number} has any of the fields {chosen}")
+        groups = duplicate_groups(rows.digests(), rows.split_numbers())
+        across = groups.sizes[groups.across]
+        near_found = _near_groups(finder, rows, examples) if finder is not None else _NearFound()
+        return AuditReport(
+            version=snapshot.version.number,
+            records_checked=len(snapshot),
+            fields=None if chosen is None else tuple(chosen),
+            duplicate_group_count=len(groups.sizes),
+            duplicate_record_count=int(groups.sizes.sum()),
+            cross_split_group_count=len(across),
+            cross_split_record_count=int(across.sum()),
+            duplicate_groups=tuple(tuple(sorted(rows.keys.take(group))) for group in groups.largest(examples)),
+            cross_split_groups=tuple(rows.by_split(group) for group in groups.largest(examples, across=True)),
+            near=near,
+            near_group_count=near_found.count,
+            near_record_count=near_found.records,
+            near_cross_split_group_count=near_found.across,
+            near_groups=near_found.examples,
+        )
+    finally:
+        rows.close()
+        if finder is not None:
+            finder.close()
 
 
 def _chosen_fields(fields: Sequence[str] | None) -> list[str] | None:
@@ -204,8 +197,19 @@ def _chosen_fields(fields: Sequence[str] | None) -> list[str] | None:
     return list(dict.fromkeys(fields))
 
 
-def _near_groups(finder: audit_near.NearDuplicates, digests: pa.Table, splits: pa.Table) -> list[NearGroup]:
-    """The groups of records linked by near pairs (pairs of identical records left to the exact groups)."""
+@dataclass(frozen=True)
+class _NearFound:
+    count: int = 0
+    records: int = 0
+    across: int = 0
+    examples: tuple[NearGroup, ...] = ()
+
+
+def _near_groups(finder: audit_near.NearDuplicates, rows: AuditedRows, examples: int) -> _NearFound:
+    """The groups of records linked by near pairs (pairs of identical records left to the exact groups).
+
+    Memory follows the pairs found, not the records; keys are read for the examples only.
+    """
     parent: dict[int, int] = {}
 
     def root(row: int) -> int:
@@ -215,60 +219,51 @@ def _near_groups(finder: audit_near.NearDuplicates, digests: pa.Table, splits: p
             row = parent[row]
         return row
 
-    pairs = list(finder.pairs())
-    both = sorted({row for pair in pairs for row in (pair.first, pair.second)})
-    digest_of = dict(zip(both, digests.column("digest").take(pa.array(both, pa.int64())).to_pylist(), strict=True))
-    kept = [pair for pair in pairs if digest_of[pair.first] != digest_of[pair.second]]
-    for pair in kept:
-        a, b = root(pair.first), root(pair.second)
-        if a != b:
-            parent[max(a, b)] = min(a, b)
-    members: dict[int, list[int]] = {}
-    for row in list(parent):
-        members.setdefault(root(row), []).append(row)
+    digests = rows.digests()
     scores: dict[int, dict[str, float]] = {}
+    kept = []
+    for pair in finder.pairs():
+        if (digests[pair.first] != digests[pair.second]).any():
+            kept.append(pair)
+            a, b = root(pair.first), root(pair.second)
+            if a != b:
+                parent[max(a, b)] = min(a, b)
     for pair in kept:
         seen = scores.setdefault(root(pair.first), {})
         best = min if pair.kind == "text" else max  # the least similar link: lowest Jaccard, most bits apart
         seen[pair.kind] = best(seen.get(pair.kind, pair.score), pair.score)
-    keys = digests.column("key")
-    found = []
-    for top, rows in members.items():
-        group_keys = keys.take(pa.array(sorted(rows), pa.int64()))
-        named = splits.filter(pc.is_in(splits.column("key"), group_keys))
-        by_split: dict[str, list[Any]] = {}
-        for key, split in sorted(zip(*(named.column(name).to_pylist() for name in ("key", "split")), strict=True)):
-            by_split.setdefault(split, []).append(key)
-        listed = tuple(sorted(group_keys.to_pylist()))
-        found.append(NearGroup(listed, {split: tuple(k) for split, k in sorted(by_split.items())}, scores[top]))
-    return sorted(found, key=lambda group: (-len(group.keys), group.keys[0]))
+    members: dict[int, list[int]] = {}
+    for row in sorted(parent):
+        members.setdefault(root(row), []).append(row)
+    splits = rows.split_numbers()
+    groups = [np.array(group, np.int64) for group in members.values()]
+    across = sum(len(set(splits[group].tolist())) > 1 for group in groups)
+    groups.sort(key=lambda group: (-len(group), int(group[0])))
+    shown = []
+    for group in groups[:examples]:
+        by_split = rows.by_split(group)
+        keys = tuple(sorted(key for keys in by_split.values() for key in keys))
+        shown.append(NearGroup(keys, by_split, scores[root(int(group[0]))]))
+    return _NearFound(len(groups), sum(len(group) for group in groups), across, tuple(shown))
 
 
-def _schema(key_type: pa.DataType) -> pa.Schema:
-    return pa.schema([("key", key_type), ("digest", pa.binary(16))])
-
-
-def _digests(
+def _read(
     snapshot: VersionReader,
-    key_type: pa.DataType,
+    rows: AuditedRows,
     chosen: list[str] | None,
     finder: audit_near.NearDuplicates | None,
     progress: bool,
-) -> Iterator[pa.RecordBatch]:
-    """``(key, digest of the compared fields)`` for every record that has one of them, in batches.
+) -> None:
+    """Add every record that has one of the compared fields to ``rows`` (and ``finder``): split, key, digest.
 
     Records are read with media left as stored (never decoded), so an image's digest is
-    that of its bytes. Row ``i`` of the batches is the ``i``-th record given to ``finder``.
+    that of its bytes. Row ``i`` of ``rows`` is the ``i``-th record given to ``finder``.
     """
     key_field = snapshot.config.key
     rule = snapshot.config.splits
     left_out = {key_field, rule.field} if isinstance(rule, FieldSplit) else {key_field}
-    schema = _schema(key_type)
-    keys: list[Any] = []
-    digests: list[bytes] = []
-    row = 0
     with tqdm(total=len(snapshot), desc="auditing records", unit="rec", disable=not progress) as bar:
-        for key, record in keeping_media(snapshot.items()):
+        for split, key, record in keeping_media(snapshot.split_items()):
             if chosen is None:
                 content = {name: value for name, value in record.items() if name not in left_out}
             else:
@@ -276,20 +271,6 @@ def _digests(
             bar.update(1)
             if not content:
                 continue
-            keys.append(key)
-            digests.append(hashing.content_hash(codec.encode(content)))
             if finder is not None:
-                finder.add(row, content)
-            row += 1
-            if len(keys) == _BATCH:
-                yield pa.record_batch([pa.array(keys, key_type), pa.array(digests, pa.binary(16))], schema=schema)
-                keys, digests = [], []
-        if keys:
-            yield pa.record_batch([pa.array(keys, key_type), pa.array(digests, pa.binary(16))], schema=schema)
-
-
-def _by_split(group: list[tuple[Any, str]]) -> dict[str, tuple[Any, ...]]:
-    result: dict[str, list[Any]] = {}
-    for key, split in group:
-        result.setdefault(split, []).append(key)
-    return {split: tuple(keys) for split, keys in sorted(result.items())}
+                finder.add(len(rows), content)
+            rows.add(split, key, hashing.content_hash(codec.encode(content)))

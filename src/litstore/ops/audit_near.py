@@ -18,9 +18,12 @@ Candidates are searched within each bucket of a band (records sorted by the band
 value) up to :data:`NEIGHBOURS` places apart, so a bucket of thousands of similar
 records costs linear time; they still join one group through their neighbours.
 
-Memory: 256 bytes a record for text (its signature, 64 x uint32), 8 bytes an image,
-plus the index of its record; nothing else is kept per record. Records identical in
-the compared fields are searched once (their first record stands for all).
+Memory: a text's signature (64 x uint32, 256 bytes) is written to a temporary file as
+it is made, not kept; in memory there are 8 bytes a record for its row, and while a
+band is searched 8 bytes of the band's hash and 16 of sorting per record. An image
+keeps 8 bytes of hash and 16 of row and field. Candidate pairs are scored a block at a
+time from the signature file, so a store of 10^8 texts needs about 3 GB of memory for
+the search (not 26 GB of signatures) and 26 GB of temporary disk.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from __future__ import annotations
 import array
 import io
 import itertools
+import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -45,6 +49,10 @@ SHINGLE = 5
 MAX_TEXT_BYTES = 1 << 16
 #: Places apart in a band's sorted order within which candidates are compared.
 NEIGHBOURS = 32
+#: Bytes of signatures buffered before they are written to the signature file.
+_FLUSH = 4 << 20
+#: Rows hashed, and candidate pairs scored, per block (bounded memory on any number of records).
+_BLOCK = 1 << 18
 
 
 @dataclass(frozen=True)
@@ -72,8 +80,8 @@ class NearDuplicates:
         self.threshold = threshold
         self.image_distance = image_distance
         self._base = MinHash(num_perm=PERMUTATIONS, hashfunc=xxhash.xxh32_intdigest, seed=1)
-        # Flat buffers, not a Python object per record: 256 bytes a signature, 8 bytes a row or image hash.
-        self._texts = bytearray()
+        # Flat buffers, not a Python object per record; signatures go to a temporary file as they are made.
+        self._texts = _Signatures()
         self._text_rows = array.array("q")
         self._images = array.array("Q")
         self._image_rows = array.array("q")
@@ -99,7 +107,7 @@ class NearDuplicates:
         if text:
             signature = self._base.copy()
             signature.update_batch([text[start : start + SHINGLE] for start in range(max(1, len(text) - SHINGLE + 1))])
-            self._texts += signature.hashvalues.astype(np.uint32).tobytes()
+            self._texts.add(signature.hashvalues.astype(np.uint32).tobytes())
             self._text_rows.append(row)
 
     def pairs(self) -> Iterator[NearPair]:
@@ -110,19 +118,26 @@ class NearDuplicates:
     def _text_pairs(self) -> Iterator[NearPair]:
         if len(self._text_rows) < 2:
             return
-        signatures = np.frombuffer(self._texts, dtype=np.uint32).reshape(-1, PERMUTATIONS)
+        signatures = self._texts.array()
         rows = np.frombuffer(self._text_rows, dtype=np.int64)
         bands, width = bands_for(self.threshold, PERMUTATIONS)
         for band in range(bands):
-            part = np.ascontiguousarray(signatures[:, band * width : (band + 1) * width])
-            _, buckets = np.unique(part.view(np.dtype((np.void, part.itemsize * width))).ravel(), return_inverse=True)
-            first, second = bucket_pairs(buckets.astype(np.int64))
-            if not len(first):
-                continue
-            similarity = (signatures[first] == signatures[second]).mean(axis=1)
-            kept = similarity >= self.threshold
-            for a, b, score in zip(rows[first[kept]], rows[second[kept]], similarity[kept], strict=True):
-                yield NearPair(int(a), int(b), "text", float(score))
+            buckets = np.empty(len(signatures), np.uint64)
+            for start in range(0, len(signatures), _BLOCK):
+                part = signatures[start : start + _BLOCK, band * width : (band + 1) * width]
+                buckets[start : start + _BLOCK] = band_hash(part)
+            first, second = bucket_pairs(buckets.view(np.int64))
+            del buckets
+            for low in range(0, len(first), _BLOCK):
+                a, b = first[low : low + _BLOCK], second[low : low + _BLOCK]
+                similarity = (signatures[a] == signatures[b]).mean(axis=1)
+                kept = similarity >= self.threshold
+                for one, other, score in zip(rows[a[kept]], rows[b[kept]], similarity[kept], strict=True):
+                    yield NearPair(int(one), int(other), "text", float(score))
+
+    def close(self) -> None:
+        """Remove the signature file."""
+        self._texts.close()
 
     def _image_pairs(self) -> Iterator[NearPair]:
         if len(self._images) < 2:
@@ -143,6 +158,55 @@ class NearDuplicates:
             for a, b, bits in zip(rows[first[kept]], rows[second[kept]], distance[kept], strict=True):
                 if a != b:
                     yield NearPair(int(a), int(b), "image", float(bits))
+
+
+class _Signatures:
+    """MinHash signatures appended to a temporary file, read back as one ``n x PERMUTATIONS`` memory map."""
+
+    def __init__(self) -> None:
+        self._pending = bytearray()
+        self._file: Any = None
+        self._written = 0
+
+    def add(self, signature: bytes) -> None:
+        self._pending += signature
+        if len(self._pending) >= _FLUSH:
+            self._flush()
+
+    def array(self) -> np.ndarray:
+        self._flush()
+        count = self._written // (4 * PERMUTATIONS)
+        mapped: np.ndarray = np.memmap(self._file, dtype=np.uint32, mode="r", shape=(count, PERMUTATIONS))
+        return mapped
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+    def _flush(self) -> None:
+        if not self._pending:
+            return
+        if self._file is None:
+            self._file = tempfile.TemporaryFile(prefix="litstore-audit-minhash-")
+        self._file.write(self._pending)
+        self._file.flush()
+        self._written += len(self._pending)
+        self._pending = bytearray()
+
+
+def band_hash(part: np.ndarray) -> np.ndarray:
+    """A 64-bit hash of each row of ``part`` (uint32 values): rows equal in every value hash equal.
+
+    Different rows may collide (about one pair in 2^64); a candidate pair is scored on
+    its whole signatures afterwards, so a collision costs a comparison, never a finding.
+    """
+    hashed = np.full(len(part), 0x9E3779B97F4A7C15, dtype=np.uint64)
+    for column in range(part.shape[1]):
+        hashed ^= part[:, column].astype(np.uint64)
+        hashed *= np.uint64(0xBF58476D1CE4E5B9)
+        hashed ^= hashed >> np.uint64(31)
+    return hashed
 
 
 def bands_for(threshold: float, permutations: int) -> tuple[int, int]:

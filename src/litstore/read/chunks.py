@@ -62,6 +62,17 @@ class ChunkCache:
             self._open.popitem(last=False)
         return chunk
 
+    def holds(self, name: str) -> bool:
+        """Whether chunk ``name`` is open in this cache."""
+        return name in self._open
+
+    def release(self, name: str) -> None:
+        """Close chunk ``name`` (if open): a walk through every chunk keeps only the chunk it reads mapped.
+
+        Its mapping is unmapped once nothing handed out still refers to it.
+        """
+        self._open.pop(name, None)
+
     def _load(self, name: str) -> _OpenChunk:
         try:
             return self._open_chunk(name)

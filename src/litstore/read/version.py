@@ -617,19 +617,38 @@ class VersionReader:
         manifest, no key index, memory of one batch. Otherwise the key index says where
         each record is.
         """
+        for _, batch in self._batches(splits=False):
+            yield from batch
+
+    def split_items(self) -> Iterator[tuple[str, Key, Record]]:
+        """``(split, key, record)`` for every record, as :meth:`items` walks them."""
+        for split, batch in self._batches(splits=True):
+            for key, record in batch:
+                yield split, key, record
+
+    def _batches(self, *, splits: bool) -> Iterator[tuple[str, list[tuple[Key, Record]]]]:
+        """The records as :meth:`items` walks them, a decoded batch at a time, each with its split (``""`` unless
+        ``splits``: a version read through its key index learns them from its manifest's rows)."""
         if self._index is None and self._config.writes_key_runs:
-            listed = [chunk for _, chunks in sorted(self.chunks().items()) for chunk in chunks]
-            if chunkhashes.all_present(self._storage, listed):
+            listed = [(split, chunk) for split, chunks in sorted(self.chunks().items()) for chunk in chunks]
+            if chunkhashes.all_present(self._storage, [chunk for _, chunk in listed]):
                 self._check_live_counts()
                 yield from self._items_in_chunks(listed)
                 return
         index = self.key_index()
+        split_of: dict[str, str] = {}
+        if splits:
+            placed = self.manifest().select(["chunk", "split"]).group_by(["chunk", "split"]).aggregate([])
+            split_of = dict(zip(placed["chunk"].to_pylist(), placed["split"].to_pylist(), strict=True))
         for chunk_id, where, rows in by_chunk(index.chunk_ids, index.rows):
             chunk = index.chunks[chunk_id]
             for start in range(0, len(rows), _DECODE_BATCH):
                 batch = rows[start : start + _DECODE_BATCH]
                 expected = index.contents[where[start : start + _DECODE_BATCH]]
-                yield from self._keyed(chunk, batch, self._cache.payloads(chunk, batch), expected)
+                yield (
+                    split_of.get(chunk, ""),
+                    list(self._keyed(chunk, batch, self._cache.payloads(chunk, batch), expected)),
+                )
 
     def _check_live_counts(self) -> None:
         """Each split's chunks, less their dead rows, hold as many rows as the version has records (reads nothing).
@@ -649,8 +668,10 @@ class VersionReader:
                     f"{committed} records: an index or a deletion vector is damaged; store.verify() lists what is wrong"
                 )
 
-    def _items_in_chunks(self, listed: Sequence[ChunkInfo]) -> Iterator[tuple[Key, Record]]:
-        """``(key, record)`` of every live item of ``listed``, checked against the chunks' hashes sidecars.
+    def _items_in_chunks(
+        self, listed: Sequence[tuple[str, ChunkInfo]]
+    ) -> Iterator[tuple[str, list[tuple[Key, Record]]]]:
+        """The live items of ``listed`` (``(split, chunk)``), a batch at a time, checked against the chunks' sidecars.
 
         A walk to the end of a version with deletion vectors also checks that what it
         yielded adds up to the version's fingerprint: a vector that swaps a live row for
@@ -665,20 +686,21 @@ class VersionReader:
         sidecars = chunkhashes.ChunkHashes(self._storage, self._config, self._version)
         summing = bool(self.deletions)
         fingerprint: int | None = 0
-        for chunk in listed:
+        for split, chunk in listed:
+            held = self._cache.holds(chunk.filename)
             hashes = np.frombuffer(sidecars.of(chunk.filename, chunk.num_items), dtype=np.uint8).reshape(-1, 16)
             live = self.deletions.live(chunk.filename, chunk.num_items)
             rows = np.arange(chunk.num_items, dtype=np.int64) if live is None else live.astype(np.int64)
             for start in range(0, len(rows), _DECODE_BATCH):
                 batch = rows[start : start + _DECODE_BATCH]
                 payloads = self._cache.payloads(chunk.filename, batch)
-                if not summing:
-                    yield from self._keyed(chunk.filename, batch, payloads, hashes[batch])
-                    continue
                 found = list(self._keyed(chunk.filename, batch, payloads, hashes[batch]))
-                term = _pair_sum([key for key, _ in found], hashes[batch], self._config.key_type)
-                fingerprint = None if term is None or fingerprint is None else fingerprint + term
-                yield from found
+                if summing:
+                    term = _pair_sum([key for key, _ in found], hashes[batch], self._config.key_type)
+                    fingerprint = None if term is None or fingerprint is None else fingerprint + term
+                yield split, found
+            if not held:  # resident memory of one chunk at a time, not of every chunk walked
+                self._cache.release(chunk.filename)
         if not summing:
             return
         summed = "keys not of the store's type" if fingerprint is None else hashing.fingerprint_hex(fingerprint)
