@@ -22,7 +22,7 @@ import xxhash
 import litstore
 
 # ``s3_endpoint`` and ``s3_bucket`` for every test module.
-pytest_plugins = ["tests.s3_server", "tests.azurite_server"]
+pytest_plugins = ["tests.s3_server", "tests.azurite_server", "tests.gcs_server"]
 
 BACKENDS = ["local", "memory"]
 

@@ -16,7 +16,7 @@ from litstore.storage.memory import MemoryStorage
 
 def test_unknown_scheme_names_the_known_ones() -> None:
     with pytest.raises(StorageError) as raised:
-        open_storage("gs://bucket/store")
+        open_storage("hf://datasets/user/store")
     for scheme in BACKENDS:
         if scheme != "file":
             assert f"{scheme}://" in str(raised.value)

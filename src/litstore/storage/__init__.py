@@ -8,6 +8,8 @@ a local path       :class:`~.local.LocalStorage`               :mod:`.local`
 ``memory://name``  :class:`~.memory.MemoryStorage`             :mod:`.memory`
 ``az://c/prefix``  :class:`~.objectstore.ObjectStorage`        :mod:`.objectstore`
                    (obstore; ``abfs://`` alike; no streaming)
+``gs://b/prefix``  :class:`~.objectstore.ObjectStorage`        :mod:`.objectstore`
+                   (obstore; no streaming)
 =================  ==========================================  ==========================
 
 :func:`open_storage` picks the backend from the root's scheme and imports its module
@@ -35,6 +37,7 @@ BACKENDS: dict[str, str] = {
     "az": "litstore.storage.objectstore:ObjectStorage",
     "abfs": "litstore.storage.objectstore:ObjectStorage",
     "abfss": "litstore.storage.objectstore:ObjectStorage",
+    "gs": "litstore.storage.objectstore:ObjectStorage",
 }
 
 __all__ = [
