@@ -143,6 +143,8 @@ class RunReader:
         if not tail.filter_blocks or not len(hashes):
             return np.ones(len(hashes), dtype=bool)
         rows = keyfilter.blocks_of(hashes, tail.filter_blocks)
+        if len(hashes) > _CACHED_BLOCKS and bool((rows[1:] >= rows[:-1]).all()):
+            return self._span_may_hold(rows, prints)
         numbers = np.unique(rows)
         taken = {number: self._blocks[number] for number in numbers.tolist() if number in self._blocks}
         missing = [number for number in numbers.tolist() if number not in taken]
@@ -162,6 +164,16 @@ class RunReader:
             self._blocks.update(zip(missing[:_CACHED_BLOCKS], bits[:_CACHED_BLOCKS], strict=True))
         bits = np.stack([taken[number] for number in numbers.tolist()])
         return keyfilter.may_hold(bits, np.searchsorted(numbers, rows), prints)
+
+    def _span_may_hold(self, rows: np.ndarray, prints: np.ndarray) -> np.ndarray:
+        """:meth:`may_hold` of many keys in key-hash order (verify's check of a run's own entries): the blocks from
+        the first key's to the last key's read as one range, checked at once and not cached (no step per block)."""
+        tail = self.tail()
+        low, high = int(rows[0]), int(rows[-1]) + 1
+        start, size = tail.filter_start, keyfilter.BLOCK
+        span = self._storage.read_range(self._ref.path, start + low * size, start + high * size)
+        bits = keyfilter.check_span(self._ref.path, low, high - low, span)
+        return keyfilter.may_hold(bits, rows - low, prints)
 
     def everything(self) -> tuple[np.ndarray, list[str]]:
         """Every entry (checked page by page, copied) and the chunk names: what a merge reads."""
