@@ -143,8 +143,6 @@ class RunReader:
         if not tail.filter_blocks or not len(hashes):
             return np.ones(len(hashes), dtype=bool)
         rows = keyfilter.blocks_of(hashes, tail.filter_blocks)
-        if len(hashes) > _CACHED_BLOCKS and bool((rows[1:] >= rows[:-1]).all()):
-            return self._span_may_hold(rows, prints)
         numbers = np.unique(rows)
         taken = {number: self._blocks[number] for number in numbers.tolist() if number in self._blocks}
         missing = [number for number in numbers.tolist() if number not in taken]
@@ -165,10 +163,21 @@ class RunReader:
         bits = np.stack([taken[number] for number in numbers.tolist()])
         return keyfilter.may_hold(bits, np.searchsorted(numbers, rows), prints)
 
-    def _span_may_hold(self, rows: np.ndarray, prints: np.ndarray) -> np.ndarray:
-        """:meth:`may_hold` of many keys in key-hash order (verify's check of a run's own entries): the blocks from
-        the first key's to the last key's read as one range, checked at once and not cached (no step per block)."""
+    def may_hold_sorted(self, hashes: np.ndarray, prints: np.ndarray) -> np.ndarray:
+        """:meth:`may_hold` of many keys given in key-hash order (``verify``'s check that the filter hides none of
+        the run's own entries): the filter's blocks from the first key's to the last key's are read as one
+        range and checked at once, with no step per block, and not cached. Every block of that range is
+        checked, whether a key falls in it or not.
+
+        Raises:
+            IntegrityError: a block of the range is damaged.
+        """
         tail = self.tail()
+        if not tail.filter_blocks or not len(hashes):
+            return np.ones(len(hashes), dtype=bool)
+        rows = keyfilter.blocks_of(hashes, tail.filter_blocks)
+        if bool((rows[1:] < rows[:-1]).any()):  # (a forged run's entries out of order): block by block
+            return self.may_hold(hashes, prints)
         low, high = int(rows[0]), int(rows[-1]) + 1
         start, size = tail.filter_start, keyfilter.BLOCK
         span = self._storage.read_range(self._ref.path, start + low * size, start + high * size)
