@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pyarrow as pa
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from litstore.format import hashing
@@ -36,3 +38,29 @@ def test_content_hashes_are_the_per_item_ones(items: list[bytes], start: int, sk
     column = pa.array([b"\0" * skip + item for item in items], pa.large_binary()).slice(min(start, len(items)))
     expected = [hashing.content_hash(item) for item in items[min(start, len(items)) :]]
     assert hashing.content_hashes(column, skip=skip) == expected
+
+
+@settings(deadline=None)
+@given(
+    st.integers(0, 230),
+    st.integers(0, 200),
+    st.integers(0, 5),
+    st.sampled_from([pa.string(), pa.large_string(), pa.int64(), pa.int32()]),
+    st.randoms(use_true_random=False),
+)
+def test_pair_hashes_of_keys_of_one_width_are_the_per_key_ones(
+    width: int, count: int, start: int, key_type: pa.DataType, random: Any
+) -> None:
+    """Keys all one width (ids, int keys) take the fixed-stride path: the same pairs, on sliced columns too,
+    whether the column-wise hash or one xxhash call each (below 64 rows) runs."""
+    if pa.types.is_integer(key_type):
+        low = -(2 ** (key_type.bit_width - 1))
+        keys: list[Any] = [random.randrange(low, -low) for _ in range(count + start)]
+    else:
+        keys = ["".join(random.choice("ab\u00e9") for _ in range(width)) for _ in range(count + start)]
+        keys = [key.encode()[:width].decode(errors="ignore").ljust(width, "x") for key in keys]
+    contents = [random.randbytes(16) for _ in keys]
+    column = pa.array(keys, key_type).slice(start)
+    hashes = pa.array(contents, pa.binary(16)).slice(start)
+    expected = [hashing.pair_hash(key, content).to_bytes(16, "big") for key, content in zip(keys, contents)][start:]
+    assert [bytes(row) for row in hashing.pair_hashes(column, hashes)] == expected

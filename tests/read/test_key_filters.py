@@ -123,6 +123,40 @@ def test_a_filter_emptied_with_right_checksums_is_found_by_verify(filtered_store
     assert any("filter hides 20000 of its entries" in problem for _, problem in report.index_problems)
 
 
+def test_may_hold_sorted_answers_as_may_hold(filtered_store: litstore.Store) -> None:
+    """The one-range read verify uses gives the block-by-block answers: for the run's own entries, for keys
+    it does not hold (in key-hash order), and for keys out of order (then it falls back to may_hold)."""
+    reader = RunReader(filtered_store.storage, filtered_store.version.key_runs[0])
+    entries, _ = reader.everything()
+    assert reader.may_hold_sorted(entries["key_hash"], entries["keyprint"]).all()
+    absent = sorted((f"absent{i}" for i in range(5000)), key=hashing.key_hash)
+    column = np.asarray([hashing.key_hash(key) for key in absent], dtype=np.uint64)
+    prints = np.frombuffer(b"".join(hashing.keyprint(key) for key in absent), dtype="V16")
+    expected = reader.may_hold(column, prints)
+    assert 0 < expected.sum() < len(absent)
+    assert reader.may_hold_sorted(column, prints).tolist() == expected.tolist()
+    assert reader.may_hold_sorted(column[::-1], prints[::-1]).tolist() == expected[::-1].tolist()
+    assert reader.may_hold_sorted(column[:0], prints[:0]).tolist() == []
+
+
+def test_a_damaged_filter_block_between_keys_is_found_by_verify(filtered_store: litstore.Store) -> None:
+    """One filter block's bits flipped (its checksum left): verify, which reads the filter range by range,
+    names the block; a lookup that reaches it raises."""
+    path = _run_path(filtered_store)
+    data = bytearray(path.read_bytes())
+    blocks = _footer(bytes(data))[5]
+    at = 20_000 * keyrun.ENTRY.itemsize + (blocks // 2) * keyfilter.BLOCK + 7
+    data[at] ^= 0xFF
+    path.write_bytes(bytes(data))
+    report = litstore.open(filtered_store.root).verify()
+    assert not report.ok
+    assert any(f"filter block {blocks // 2} does not match" in problem for _, problem in report.index_problems)
+    with pytest.raises(litstore.IntegrityError, match="does not match its checksum"):
+        keyfilter.check_span("run", blocks // 2, 1, bytes(data[at - 7 : at - 7 + keyfilter.BLOCK]))
+    with pytest.raises(litstore.IntegrityError, match="cut short"):
+        keyfilter.check_span("run", 0, 2, bytes(keyfilter.BLOCK))
+
+
 def test_a_format_4_store_reads_and_upgrades_to_filtered_runs(tmp_path: Path) -> None:
     store = litstore.Store.create(tmp_path / "s", key="id", chunk_bytes=4096, format_version=4)
     store.append([_record(f"k{i:04d}") for i in range(3000)])

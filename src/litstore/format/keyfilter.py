@@ -119,12 +119,28 @@ def check_blocks(path: str, numbers: Sequence[int], data: Sequence[bytes | memor
     """
     if any(len(block) != BLOCK for block in data):
         raise IntegrityError(f"key run {path}'s filter was cut short: it is damaged")
-    blocks = np.frombuffer(b"".join(data), dtype=np.uint8).reshape(-1, BLOCK)
+    return _checked(path, b"".join(data), np.asarray(numbers, dtype=np.int64))
+
+
+def check_span(path: str, first: int, count: int, data: bytes) -> npt.NDArray[np.uint8]:
+    """:func:`check_blocks` of blocks ``first`` to ``first + count``, given as one byte string (no step per block:
+    what ``verify`` reads to check a run's entries against its filter).
+
+    Raises:
+        IntegrityError: the span is short or a block does not match its checksum.
+    """
+    if len(data) != count * BLOCK:
+        raise IntegrityError(f"key run {path}'s filter was cut short: it is damaged")
+    return _checked(path, data, np.arange(first, first + count, dtype=np.int64))
+
+
+def _checked(path: str, data: bytes, numbers: npt.NDArray[np.int64]) -> npt.NDArray[np.uint8]:
+    blocks = np.frombuffer(data, dtype=np.uint8).reshape(-1, BLOCK)
     stored = blocks[:, _BITS_BYTES:].copy().view("<u8").reshape(-1)
-    bad = np.flatnonzero(stored != _checksums(blocks[:, :_BITS_BYTES], np.asarray(numbers, dtype=np.int64)))
+    bad = np.flatnonzero(stored != _checksums(blocks[:, :_BITS_BYTES], numbers))
     if len(bad):
         raise IntegrityError(
-            f"key run {path}'s filter block {numbers[int(bad[0])]} does not match its checksum: it is damaged"
+            f"key run {path}'s filter block {int(numbers[bad[0]])} does not match its checksum: it is damaged"
         )
     return blocks[:, :_BITS_BYTES]
 

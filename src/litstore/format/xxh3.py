@@ -113,11 +113,19 @@ def _mul128(a: npt.NDArray[np.uint64], b: Any) -> tuple[npt.NDArray[np.uint64], 
     thirty_two = _U64(32)
     a0, a1 = a & _MASK32, a >> thirty_two
     b0, b1 = b & _MASK32, b >> thirty_two
-    p00, p01, p10 = a0 * b0, a0 * b1, a1 * b0
-    middle = (p00 >> thirty_two) + (p01 & _MASK32) + (p10 & _MASK32)
-    low = (middle << thirty_two) | (p00 & _MASK32)
-    high = a1 * b1 + (p01 >> thirty_two) + (p10 >> thirty_two) + (middle >> thirty_two)
-    return low, high
+    p01, p10 = a0 * b1, a1 * b0
+    middle = a0 * b0
+    middle >>= thirty_two
+    middle += p01 & _MASK32
+    middle += p10 & _MASK32
+    middle >>= thirty_two
+    p01 >>= thirty_two
+    p10 >>= thirty_two
+    high = a1 * b1
+    high += p01
+    high += p10
+    high += middle
+    return a * b, high  # (the low half is the product modulo 2**64)
 
 
 def _fold(a: npt.NDArray[np.uint64], b: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:

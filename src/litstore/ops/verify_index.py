@@ -237,7 +237,7 @@ def _range_entries(run: _Run, low: int | None, high: int | None, problems: list[
     kept = joined[inside]
     if run.tail.filter_blocks and len(kept):  # a filter that hides an entry would hide its key from lookups
         try:
-            hidden = int(np.count_nonzero(~run.reader.may_hold(kept["key_hash"], kept["keyprint"])))
+            hidden = int(np.count_nonzero(~run.reader.may_hold_sorted(kept["key_hash"], kept["keyprint"])))
         except IntegrityError as exc:
             problems.append((path, str(exc)))
         else:
