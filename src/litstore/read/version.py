@@ -126,6 +126,13 @@ class VersionReader:
             self._deletions = Deletions(self._storage, self._version.number, self.listing().deletions)
         return self._deletions
 
+    @property
+    def built_listing(self) -> listings.VersionListing | None:
+        """The listing, if it is at hand without reading anything (else ``None``; nothing is read)."""
+        if self._listing is None and self._chunks is not None and not self._version.listed_by_delta:
+            self._listing = listings.VersionListing(self._chunks, self._version.deletions)
+        return self._listing
+
     def listing(self) -> listings.VersionListing:
         """This version's chunks and deletion vectors, composed from its chain where it is listed by delta."""
         if self._listing is None:

@@ -249,8 +249,9 @@ def publish(
     operation: Operation,
     message: str | None = None,
     metadata: dict[str, Any] | None = None,
-) -> tuple[Version, VersionListing, Callable[[], pa.Table] | None]:
-    """Commit ``current`` as version ``head + 1``; returns it, its listing (chunks and deletion vectors) and,
+) -> tuple[Version, VersionListing | None, Callable[[], pa.Table] | None]:
+    """Commit ``current`` as version ``head + 1``; returns it, its listing (chunks and deletion vectors; ``None``
+    where it was not composed) and,
     where ``head`` holds its manifest, what composes the new version's manifest from it in memory.
 
     The new version gets a full manifest checkpoint every ``checkpoint_interval``
@@ -294,14 +295,6 @@ def publish(
     written.append(manifest_path)
     release_freed()  # the Parquet encoder's buffers, before the key run is built
 
-    deletion_refs, dead_file, emptied = _deletions(head, current, number, transaction)
-    if emptied:  # every row of these chunks is dead: the version no longer lists them
-        current = dataclasses.replace(current, dropped_chunks=current.dropped_chunks | emptied)
-    if dead_file is not None:
-        storage.write(layout.deletions(number, transaction), dead_file)
-        written.append(layout.deletions(number, transaction))
-    chunks = _version_chunks(head.chunks(), current, moves)
-
     counts = dict(parent.counts)
     for split, difference in _count_changes(current).items():
         counts[split] = counts.get(split, 0) + difference
@@ -325,15 +318,30 @@ def publish(
         pending_rows = 0
     by_delta = config.writes_listing_deltas and checkpoint_path is None and number % config.checkpoint_interval != 0
     indexes: dict[str, str] = {}
-    for split, split_chunks in chunks.items():
-        if split_chunks and not by_delta:
-            indexes[split] = layout.split_index(number, transaction, split)
-            storage.write(indexes[split], index_document(split_chunks, config.chunk_bytes))
-            written.append(indexes[split])
-    listing = VersionListing({split: listed for split, listed in chunks.items() if listed}, deletion_refs)
-    listed_refs = deletion_refs
-    if by_delta:  # only the vectors this commit wrote; the rest are the parent's
-        listed_refs = tuple(ref for ref in deletion_refs if ref.path == layout.deletions(number, transaction))
+    listing: VersionListing | None = None
+    if by_delta and not current.deletions and not current.dropped_chunks and head.built_listing is None:
+        # An append listed by delta needs nothing of the parent's listing: it is not composed (that would read
+        # up to checkpoint_interval commit records); the new version's reader composes it if asked.
+        listed_refs: tuple[DeletionRef, ...] = ()
+        added = added_chunks({}, _version_chunks({}, current, moves))
+    else:
+        deletion_refs, dead_file, emptied = _deletions(head, current, number, transaction)
+        if emptied:  # every row of these chunks is dead: the version no longer lists them
+            current = dataclasses.replace(current, dropped_chunks=current.dropped_chunks | emptied)
+        if dead_file is not None:
+            storage.write(layout.deletions(number, transaction), dead_file)
+            written.append(layout.deletions(number, transaction))
+        chunks = _version_chunks(head.chunks(), current, moves)
+        for split, split_chunks in chunks.items():
+            if split_chunks and not by_delta:
+                indexes[split] = layout.split_index(number, transaction, split)
+                storage.write(indexes[split], index_document(split_chunks, config.chunk_bytes))
+                written.append(indexes[split])
+        listing = VersionListing({split: listed for split, listed in chunks.items() if listed}, deletion_refs)
+        listed_refs = deletion_refs
+        added = added_chunks(head.chunks(), chunks) if by_delta else {}
+        if by_delta:  # only the vectors this commit wrote; the rest are the parent's
+            listed_refs = tuple(ref for ref in deletion_refs if ref.path == layout.deletions(number, transaction))
     key_runs: tuple[KeyRunRef, ...] = ()  # a writer holding a format-2 config lists none, not its parent's
     if config.writes_key_runs:
         filtered = config.writes_key_filters
@@ -377,7 +385,7 @@ def publish(
         key_runs=key_runs,
         deletions=listed_refs,
         listed_by_delta=by_delta,
-        added_chunks=added_chunks(head.chunks(), chunks) if by_delta else {},
+        added_chunks=added,
     )
     if not race.put_commit_record(head, version):
         for path in written:
