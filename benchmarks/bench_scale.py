@@ -4,7 +4,7 @@ Run it with::
 
     python benchmarks/bench_scale.py [--n 1000000 4000000 16000000] [--writes 10 1000]
         [--upsert-every 2] [--big-records [N]] [--only FIGURES | --skip FIGURES]
-        [--formats 4 5] [--no-lance] [--workers 0 2] [--rounds 2] [--build-n 1000000]
+        [--formats 5 6] [--no-lance] [--workers 0 2] [--rounds 2] [--build-n 1000000]
         [--dicts-n 200000] [--compact] [--json FILE] [--keep DIR] [--timeout SECONDS]
 
 For each ``N`` it builds, untimed (its time and peak memory are shown as ``build``),
@@ -13,8 +13,9 @@ bytes}``, about 40 bytes each) by appending Arrow tables of 500,000 rows one aft
 another, so building takes bounded memory at any ``N``: a litstore store of each of
 ``--formats`` (2: the manifest composed on first use; 3: key runs on disk,
 :mod:`litstore.format.keyrun`, changes copy-on-write; 4: changes mark rows dead in
-deletion vectors; 5, the default: each key run carries a key filter,
-:mod:`litstore.format.keyfilter`), and, if ``pylance`` is importable, a Lance dataset
+deletion vectors; 5: each key run carries a key filter,
+:mod:`litstore.format.keyfilter`; 6, the default: commit records list chunks and deletion
+vectors by delta, :mod:`litstore.read.listings`), and, if ``pylance`` is importable, a Lance dataset
 written by ``write_dataset`` with a BTREE scalar index on ``id``. ``--big-records`` adds
 a size of 1M (or the given number of) records of 1 KiB, built in tables of ~128 MiB.
 
@@ -1019,7 +1020,9 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     )
     parser.add_argument("--only", type=figure_list, default=None, help=f"figures to run, of {','.join(FIGURES)}")
     parser.add_argument("--skip", type=figure_list, default=[], help="figures not to run")
-    parser.add_argument("--formats", type=int, nargs="+", choices=(2, 3, 4, 5), default=[4, 5], help="litstore formats")
+    parser.add_argument(
+        "--formats", type=int, nargs="+", choices=(2, 3, 4, 5, 6), default=[5, 6], help="litstore formats"
+    )
     parser.add_argument(
         "--compact",
         dest="slow",

@@ -46,7 +46,7 @@ from litstore.errors import (
 from litstore.format import config as config_format
 from litstore.format import hashing, layout
 from litstore.format.models import StoreConfig, Version
-from litstore.read import chunkhashes, log
+from litstore.read import chunkhashes, listings, log
 from litstore.read.chunkhashes import ChunkHashes
 from litstore.read.keyindex import KeyIndex
 from litstore.read.manifests import ManifestCache
@@ -269,7 +269,7 @@ class Snapshot:
         from litstore.ops import verify
 
         # Read everything from storage again: verify must not trust what is in memory.
-        chunks = log.read_chunks(self.storage, self.version)
+        chunks = listings.read_listing(self.storage, self.version).chunks
         return verify.verify(self.storage, self.config, self.version, chunks, expected_keys, progress, num_workers)
 
     def dataset(

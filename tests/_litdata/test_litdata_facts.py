@@ -62,14 +62,16 @@ def _write_with_litdata(directory: Path, payloads: list[bytes], chunk_bytes: int
     return document
 
 
-def _index_path(root: Path, version: int, split: str) -> str:
-    """The litdata index of ``split`` in ``version``: named by the commit record, else found by its layout."""
-    record = json.loads((root / layout.version_record(version)).read_text())
+def _index_file(tmp_path: Path, root: Path, snapshot: Any, split: str) -> Path:
+    """The litdata index of ``split`` in ``snapshot``'s version: the file its commit record names, or (a format-6
+    record listed by delta, which names none) the document streaming's views hand litdata, from its chunks."""
+    record = json.loads((root / layout.version_record(snapshot.version.number)).read_text())
     if record.get("indexes"):
-        return str(record["indexes"][split])
-    found = sorted(root.glob(f"{layout.VERSIONS}/{layout.version_name(version)}*/{split}/index.json"))
-    assert len(found) == 1, found
-    return found[0].relative_to(root).as_posix()
+        return root / str(record["indexes"][split])
+    assert record.get("listed_by_delta"), record
+    made = tmp_path / f"index-{snapshot.version.number}-{split}.json"
+    made.write_bytes(litdata_index.index_document(snapshot.chunks()[split], snapshot.config.chunk_bytes))
+    return made
 
 
 def _litdata_view(tmp_path: Path, root: Path, index_file: Path, name: str) -> Path:
@@ -107,7 +109,7 @@ def test_streaming_dataset_reads_litstore_chunks(filled_store: litstore.Store, t
     for split, chunks in snapshot.chunks().items():
         fragments = {chunk.filename.split("/")[1] for chunk in chunks}
         assert len(fragments) == version, "the split should span chunks of every append"
-        index_file = root / _index_path(root, version, split)
+        index_file = _index_file(tmp_path, root, snapshot, split)
         dataset = StreamingDataset(input_dir=str(_litdata_view(tmp_path, root, index_file, f"v{version}-{split}")))
         assert len(dataset) == snapshot.version.counts[split] == sum(chunk.num_items for chunk in chunks)
 

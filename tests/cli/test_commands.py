@@ -261,10 +261,10 @@ def test_compact_min_live_rewrites_chunks_with_dead_rows(tmp_path: Path) -> None
     cli("import", root, _write_jsonl(tmp_path / "in.jsonl", records), "--no-progress")
     store = litstore.open(root)
     store.delete(["k001"])  # one dead row: above the default min_live
-    assert store.version.deletions
+    assert store.head().reader.deletions.refs
     assert cli_json("compact", root, "--no-progress")["compacted"] is False
     result = cli_json("compact", root, "--min-live", "1", "--no-progress")
-    assert result["compacted"] and not litstore.open(root).version.deletions
+    assert result["compacted"] and not litstore.open(root).head().reader.deletions.refs
     assert "min_live must be in [0, 1]" in _error_line(cli("compact", root, "--min-live", "2", code=2))
     cli("verify", root, "--no-progress")
     cli("export", root, tmp_path / "out.jsonl")

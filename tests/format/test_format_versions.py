@@ -74,3 +74,71 @@ def test_a_format_1_store_whose_key_hashes_lie_is_read_by_its_keys(tmp_path: Pat
     assert sorted(reopened.keys()) == sorted(f"k{i}" for i in range(50) if i != 8)
     assert reopened.get_many(["k7", "k9"]) == [{"id": "k7", "v": 70}, {"id": "k9", "v": 9}]
     assert reopened.verify().ok
+
+
+def _records_of(root: Path) -> list[dict[str, object]]:
+    return [json.loads(path.read_bytes()) for path in sorted((root / layout.VERSIONS).glob("*.json"))]
+
+
+def _small_history(store: litstore.Store) -> None:
+    store.append([{"id": f"k{i:03d}", "v": i} for i in range(120)])
+    for round_ in range(5):
+        store.upsert([{"id": f"k{i:03d}", "v": -round_} for i in range(round_, 120, 17)])
+        store.delete([f"k{round_ * 20 + 3:03d}"])
+        store.append([{"id": f"n{round_}", "v": round_}])
+
+
+def test_format_6_lists_by_delta_and_in_full_at_checkpoints(tmp_path: Path) -> None:
+    """A format-6 commit writes no split index and only the deletion vectors it wrote, except every
+    ``checkpoint_interval`` versions; every version reads as a format-5 store of the same history does."""
+    six = litstore.Store.create(tmp_path / "six", key="id", chunk_bytes=512, checkpoint_interval=4)
+    five = litstore.Store.create(tmp_path / "five", key="id", chunk_bytes=512, checkpoint_interval=4, format_version=5)
+    _small_history(six)
+    _small_history(five)
+    assert six.config.format_version == 6 and six.config.writes_listing_deltas
+    for record in _records_of(tmp_path / "six")[1:]:
+        full = record["number"] % 4 == 0 or record.get("checkpoint")
+        assert bool(record.get("listed_by_delta")) == (not full), record["number"]
+        if record.get("listed_by_delta"):
+            assert not record.get("indexes")
+            own = layout.deletions(record["number"], record["transaction"])  # type: ignore[arg-type]
+            assert all(ref["path"] == own for ref in record.get("deletions", []))  # type: ignore[attr-defined]
+    assert not any(record.get("listed_by_delta") for record in _records_of(tmp_path / "five"))
+    for version in five.versions():
+        ours, theirs = six.at(version.number), five.at(version.number)
+        assert dict(ours.items()) == dict(theirs.items())
+        assert {split: [c.num_items for c in chunks] for split, chunks in ours.chunks().items()} == {
+            split: [c.num_items for c in chunks] for split, chunks in theirs.chunks().items()
+        }
+        assert [ref.dead for ref in ours.reader.deletions.refs] == [ref.dead for ref in theirs.reader.deletions.refs]
+    assert litstore.open(tmp_path / "six").verify().ok
+
+
+def test_an_older_litstore_refuses_a_format_6_store_by_its_config(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    litstore.Store.create(tmp_path / "s", key="id").append([{"id": "a"}])
+    from litstore.format import models
+
+    monkeypatch.setattr(models, "STORE_FORMAT_VERSION", 5)  # what a format-5 litstore knows
+    with pytest.raises(litstore.IntegrityError, match="store format 6 is newer than this litstore reads"):
+        litstore.open(tmp_path / "s")
+
+
+def test_a_format_5_store_reads_unchanged_and_upgrades_by_a_switch(tmp_path: Path) -> None:
+    root = tmp_path / "s"
+    store = litstore.Store.create(root, key="id", chunk_bytes=512, format_version=5)
+    _small_history(store)
+    before = {version.number: dict(store.at(version.number).items()) for version in store.versions()}
+    store = litstore.open(root)
+    assert store.config.format_version == 5
+    upgraded = store.upgrade()
+    assert litstore.open(root).config.format_version == 6 and upgraded.number == store.version.number
+    store = litstore.open(root)
+    store.upsert([{"id": "k001", "v": 1000}])
+    store.delete(["k002"])
+    assert _records_of(root)[-1].get("listed_by_delta")
+    for number, records in before.items():
+        assert dict(store.at(number).items()) == records
+    assert store["k001"] == {"id": "k001", "v": 1000} and "k002" not in store
+    assert store.verify().ok

@@ -254,7 +254,7 @@ def test_exports_of_a_store_with_holes_hold_only_live_records(make_store: MakeSt
     store.append([{"id": f"k{i:03d}", "n": i, "rev": 0} for i in range(90)])
     store.upsert([{"id": f"k{i:03d}", "n": i, "rev": 1} for i in range(0, 90, 4)])
     store.delete([f"k{i:03d}" for i in range(1, 90, 9)])
-    assert store.version.deletions
+    assert store.head().reader.deletions.refs
     live = {key: record for key, record in store.items()}
     assert len(live) == len(store) == 80
     expected = {key: {"id": key, "n": record["n"], "rev": record["rev"]} for key, record in live.items()}

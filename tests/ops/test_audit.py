@@ -137,7 +137,7 @@ def test_dead_rows_of_a_store_with_holes_are_not_audited(make_store: Callable[..
     store.delete(["twin"])
     store.upsert([{"id": f"k{n}", **_content(200 + n)} for n in range(0, 40, 4)])
     store.append([{"id": "copy", **_content(8)}])  # the old content of k8, which the upsert superseded
-    assert store.version.deletions  # the twin's row and the upserted keys' old rows are dead, not gone
+    assert store.head().reader.deletions  # the twin's row and the upserted keys' old rows are dead, not gone
     report = store.audit()
     assert report.ok, report.summary()
     assert report.records_checked == len(store) == 41

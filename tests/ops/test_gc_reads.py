@@ -20,7 +20,9 @@ from tests.conftest import tree_state
 
 
 def _history(make_store: Callable[..., litstore.Store]) -> Path:
-    store = make_store(key="id", splits=litstore.HashSplit(train=0.5, val=0.5), chunk_bytes=2048)
+    # Format 5: every version has split index files (a format-6 version listed by delta has none, and gc
+    # composes its listing from the full record below it, reading that one's indexes).
+    store = make_store(key="id", splits=litstore.HashSplit(train=0.5, val=0.5), chunk_bytes=2048, format_version=5)
     for batch in range(3):
         store.append([{"id": f"k{batch}-{i:03d}", "v": i} for i in range(80)])
     return Path(store.root)

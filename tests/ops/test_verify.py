@@ -40,7 +40,8 @@ def _records(prefix: str, count: int) -> list[dict[str, Any]]:
 def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A healthy store, built once; tests damage copies of it."""
     root = tmp_path_factory.mktemp("verify-template") / "store"
-    store = litstore.Store.create(root, key="id", splits=SPLITS, chunk_bytes=4096)
+    # Format 5: every version has split index files (these tests damage them).
+    store = litstore.Store.create(root, key="id", splits=SPLITS, chunk_bytes=4096, format_version=5)
     for prefix in BATCHES:
         store.append(_records(prefix, PER_BATCH))
     return root

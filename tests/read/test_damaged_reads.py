@@ -37,7 +37,7 @@ def _record(i: int) -> Record:
 @pytest.fixture
 def store(make_store: Callable[..., litstore.Store]) -> litstore.Store:
     """A store of 120 records in several 4 KiB chunks (one split, so the tests can name it)."""
-    made = make_store(key="id", chunk_bytes=4096)
+    made = make_store(key="id", chunk_bytes=4096, format_version=5)  # split index files in every version
     made.append([_record(i) for i in range(COUNT)])
     return litstore.open(made.root)
 
@@ -295,7 +295,7 @@ def test_resume_under_another_views_dir(store: litstore.Store, tmp_path: Path) -
 @pytest.mark.parametrize(("items", "size"), [(1 << 40, 1 << 20), (10, -1), (3, 1 << 33)])
 def test_an_index_listing_a_count_no_chunk_can_hold_is_refused(tmp_path: Path, items: int, size: int) -> None:
     """Readers size arrays by a chunk's item count (dead rows, sidecars): it is checked before anything uses it."""
-    store = litstore.Store.create(tmp_path / "s", key="id")
+    store = litstore.Store.create(tmp_path / "s", key="id", format_version=5)  # (split index files)
     store.append([{"id": f"k{i}", "v": i} for i in range(20)])
     store.delete(["k1"])
     path = tmp_path / "s" / next(iter(store.version.indexes.values()))

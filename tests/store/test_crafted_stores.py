@@ -66,7 +66,7 @@ class Planted:
         return self.root / str(self.record(number)["indexes"]["train"])
 
     def live_chunk(self) -> str:
-        return str(json.loads(self.index_path(3).read_bytes())["chunks"][0]["filename"])
+        return litstore.open(self.root).chunks()["train"][0].filename
 
 
 @pytest.fixture
@@ -345,6 +345,100 @@ def test_a_damaged_config_is_an_integrity_error(planted: Planted, damage: Callab
         litstore.open(planted.root)
 
     assert tree_state(planted.root) == store
+
+
+# -- format 6: records listed by delta, and gc's listings ---------------------------------------
+
+_UNLISTED = "fragments/0123456789abcdef0123/chunk-0123456789abcdef0123-0.bin"
+
+
+def _marked_ref(planted: Planted, chunk: str) -> list[dict[str, Any]]:
+    """Version 3's own deletion references, the first given to ``chunk``."""
+    refs: list[dict[str, Any]] = planted.record(3)["deletions"]
+    return [{**refs[0], "chunk": chunk}, *refs[1:]]
+
+
+def _listed_at(planted: Planted, number: int) -> dict[str, Any]:
+    chunk = litstore.open(planted.root).at(number).chunks()["train"][0]
+    return {"chunk": chunk.filename, "items": chunk.num_items, "size": chunk.num_bytes}
+
+
+#: name -> how a record listed by delta contradicts its chain. Steps that read the listing
+#: (items, verify, dataset, gc) must refuse it typed; lookups read key runs and work.
+DELTA_CASES: dict[str, Callable[[Planted], None]] = {
+    "drops a chunk its parent does not list": lambda p: p.rewrite_record(3, dropped_chunks=[_UNLISTED]),
+    "adds a chunk its parent lists": lambda p: p.rewrite_record(3, added_chunks={"train": [_listed_at(p, 2)]}),
+    "marks a chunk the version does not list": lambda p: p.rewrite_record(3, deletions=_marked_ref(p, _UNLISTED)),
+    "an older record drops a chunk it never had": lambda p: p.rewrite_record(2, dropped_chunks=[_UNLISTED]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(DELTA_CASES))
+def test_a_record_listed_by_delta_that_contradicts_its_chain_is_refused(planted: Planted, case: str) -> None:
+    assert planted.record(3).get("listed_by_delta") and planted.record(2).get("listed_by_delta")
+    DELTA_CASES[case](planted)
+    store = tree_state(planted.root)
+
+    outcomes = _exercise(planted.root)
+
+    assert outcomes["open"] == "ok" and outcomes["lookup"] == "ok"
+    for step in ("items", "verify", "dataset", "gc"):
+        assert outcomes[step] == "IntegrityError", (step, outcomes)
+    assert tree_state(planted.root) == store
+
+
+@pytest.mark.parametrize(
+    "case",
+    ["an added chunk with more items than its bytes hold", "an added chunk outside fragments/", "an index too"],
+)
+def test_a_record_listed_by_delta_with_a_bad_field_is_refused(planted: Planted, case: str) -> None:
+    added = {**_listed_at(planted, 3), "chunk": _UNLISTED}
+    if case.startswith("an added chunk with"):
+        changes: dict[str, Any] = {"added_chunks": {"train": [{**added, "items": added["size"]}]}}
+    elif case.startswith("an added chunk outside"):
+        changes = {"added_chunks": {"train": [{**added, "chunk": "../outside/secret.txt"}]}}
+    else:
+        changes = {"indexes": {"train": layout.split_index(3, planted.record(3)["transaction"], "train")}}
+    planted.rewrite_record(3, **changes)
+
+    assert _exercise(planted.root) == _ALL
+
+
+@pytest.fixture
+def collected(planted: Planted) -> Planted:
+    """The planted store after gc kept only version 3, which is listed by delta: gc wrote its listing."""
+    litstore.open(planted.root).gc(dry_run=False, keep_last=1, grace=timedelta(0))
+    assert planted.record(3).get("listed_by_delta")
+    assert len(list((planted.root / layout.MANIFESTS).glob("*.listing"))) == 1
+    assert dict(litstore.open(planted.root).items()) == planted.expected
+    return planted
+
+
+def _listing(planted: Planted) -> Path:
+    return next((planted.root / layout.MANIFESTS).glob("*.listing"))
+
+
+LISTING_CASES: dict[str, Callable[[Path], None]] = {
+    "missing": lambda path: path.unlink(),
+    "truncated": lambda path: path.write_bytes(path.read_bytes()[:-7]),
+    "another version's": lambda path: path.write_text(json.dumps({**json.loads(path.read_bytes()), "number": 2})),
+    "naming an unlisted vector": lambda path: path.write_text(
+        json.dumps({**json.loads(path.read_bytes()), "chunks": {}})
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(LISTING_CASES))
+def test_a_damaged_listing_of_gc_is_an_integrity_error(collected: Planted, case: str) -> None:
+    LISTING_CASES[case](_listing(collected))
+    store = tree_state(collected.root)
+
+    outcomes = _exercise(collected.root)
+
+    assert outcomes["open"] == "ok" and outcomes["lookup"] == "ok"
+    for step in ("items", "verify", "dataset", "gc"):
+        assert outcomes[step] == "IntegrityError", (step, outcomes)
+    assert tree_state(collected.root) == store
 
 
 @pytest.fixture

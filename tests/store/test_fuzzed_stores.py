@@ -7,11 +7,13 @@ files (``litstore.json``, commit records, tags, litdata indexes) truncated,
 bit-flipped, deleted, or with one JSON value replaced (by hostile paths, huge ints,
 nested objects); manifest files truncated, flipped, deleted, or with one cell of one
 column rewritten; chunks flipped in header or payload, truncated, extended, deleted,
-or replaced by a link or a FIFO. The store is format 5, so it also has key runs
+or replaced by a link or a FIFO. The store is format 6, so it also has key runs
 (``manifests/*.keys``, each with its key filter), chunk hashes sidecars (``fragments/*/*.hashes``) and, for its
 upserts and deletes, deletion vectors (``manifests/*.deletions``): these are flipped
 (anywhere, or in their header or footer), truncated, extended, zeroed over a range,
-deleted, or replaced by another file of their kind.
+deleted, or replaced by another file of their kind. Its commit records list chunks and
+deletion vectors by delta between checkpoints, and gc's listings (``manifests/*.listing``)
+stand where it expired a version below one: these are mutated as metadata.
 
 A child process (``tests/fuzz_worker.py``, reused across examples) then opens the
 copy and runs every read: lookups, ``get_many`` and ``in`` of every key (through the
@@ -38,6 +40,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from datetime import timedelta
 from itertools import pairwise
 from pathlib import Path
 from typing import IO, Any
@@ -142,6 +145,11 @@ def pristine(tmp_path_factory: pytest.TempPathFactory) -> Pristine:
     store.delete([f"k{i:02d}" for i in range(1, 24, 5)])
     store.append([_record(i, 2) for i in range(30, 34)])
     store.upsert([_record(i, 3) for i in range(2, 34, 6)])
+    # Format 6: versions 1, 3 and 5 are listed by delta. gc expiring 0 and 4 (the others tagged) writes the
+    # listings of 1 and 5, whose walks then stop at the tombstones below them.
+    store.tag("first", 1)
+    store.tag("third", 3)
+    store.gc(dry_run=False, keep_last=1, grace=timedelta(0))
     expected = {
         version.number: {repr(key): digest(record) for key, record in store.at(version.number).items()}
         for version in store.versions()
@@ -149,6 +157,7 @@ def pristine(tmp_path_factory: pytest.TempPathFactory) -> Pristine:
     assert store.config.writes_key_runs, "the fuzz covers format 3's key runs and sidecars"
     assert store.config.writes_deletion_vectors, "and format 4's deletion vectors"
     assert store.config.writes_key_filters, "and format 5's key filters"
+    assert store.config.writes_listing_deltas, "and format 6's listings by delta"
     numbers = sorted(number for number in expected if number > 0)
     diffs = {
         pair: sorted([repr(key), change] for key, change in changes(store.diff(*pair)))
@@ -156,6 +165,7 @@ def pristine(tmp_path_factory: pytest.TempPathFactory) -> Pristine:
     }
     files = sorted(str(path.relative_to(root)) for path in root.rglob("*") if path.is_file())
     assert [name for name in files if name.endswith(".deletions")], "its upserts and deletes mark rows dead"
+    assert len([name for name in files if name.endswith(".listing")]) == 2, "and gc wrote format 6's listings"
     return Pristine(
         root=root,
         base=base,
@@ -163,7 +173,7 @@ def pristine(tmp_path_factory: pytest.TempPathFactory) -> Pristine:
         diffs=diffs,
         tags={name: store.tags[name] for name in store.tags},
         keys=[f"k{i:02d}" for i in range(34)] + ["nope"],
-        metadata=[name for name in files if name.endswith(".json")],
+        metadata=[name for name in files if name.endswith((".json", ".listing"))],
         manifests=[name for name in files if name.endswith(".parquet")],
         chunks=[name for name in files if name.endswith(".bin")],
         runs=[name for name in files if name.endswith(".keys")],
@@ -182,7 +192,8 @@ class Worker:
 
     def _start(self) -> None:
         read, write = os.pipe()
-        env = {**os.environ, "FUZZ_REPLY_FD": str(write), "PYTHONPATH": str(REPO)}
+        path = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))  # (a caller's litstore too)
+        env = {**os.environ, "FUZZ_REPLY_FD": str(write), "PYTHONPATH": path}
         with self._log.open("a") as log:
             self._process = subprocess.Popen(
                 [sys.executable, "-m", "tests.fuzz_worker"],

@@ -273,7 +273,7 @@ def test_streaming_reads_the_deletion_vectors_of_the_chunks_it_streams_only(
 
 
 def test_a_chunk_without_its_sidecar_streams_its_live_records_through_the_manifest(own: Holes) -> None:
-    holey = {ref.chunk for ref in own.store.head().version.deletions}
+    holey = {ref.chunk for ref in own.store.head().reader.deletions.refs}
     chunk = next(chunk.filename for chunk in _chunks(own.store) if chunk.filename in holey)
     (Path(own.store.root) / layout.chunk_hashes(chunk)).unlink()
     dataset = litstore.open(own.store.root).dataset(shuffle=True, seed=4)
@@ -400,7 +400,7 @@ def test_stream_order_refuses_a_row_the_deletion_vectors_say_is_dead(holes: Hole
 def test_a_damaged_deletion_vector_is_an_integrity_error_never_a_shorter_epoch(
     own: Holes, verify_records: bool
 ) -> None:
-    ref = own.store.head().version.deletions[0]
+    ref = own.store.head().reader.deletions.refs[0]
     path = Path(own.store.root) / ref.path
     data = bytearray(path.read_bytes())
     data[ref.offset + ref.length - 1] ^= 0x01
@@ -435,7 +435,7 @@ def test_a_store_with_holes_on_s3_streams_exactly_its_live_records(s3_endpoint: 
         litstore.Store.create(url, key="id", splits=SPLITS, chunk_bytes=CHUNK_BYTES, storage_options=options)
     )
     store = litstore.open(url, storage_options=options)
-    assert store.head().version.deletions
+    assert store.head().reader.deletions.refs
     holes = Holes(store, holes.expected, holes.before_delete)
 
     # litdata's own reader over downloaded chunks: the rows, not the live numbers.

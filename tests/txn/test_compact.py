@@ -157,10 +157,10 @@ def test_min_live_decides_which_chunks_with_dead_rows_are_rewritten(
     store = make_store(key="id", chunk_bytes=8192, format_version=4)
     store.append([record(i) for i in range(600)])
     store.delete(["k0001"])  # one dead row in one full chunk: live fraction above 0.8
-    assert len(store.version.deletions) == 1
+    assert len(store.head().reader.deletions.refs) == 1
     assert store.compact() == store.version, "nothing to gain at the default min_live"
     assert store.compact(min_live=0.0).number == store.version.number
-    holey = store.version.deletions[0].chunk
+    holey = store.head().reader.deletions.refs[0].chunk
     version = store.compact(min_live=1.0)
     assert version.operation == "compact" and version.deletions == ()
     assert holey in version.dropped_chunks and len(version.dropped_chunks) == 1
@@ -171,7 +171,7 @@ def test_a_format_3_store_compacts_as_before(make_store: Callable[..., litstore.
     store = make_store(key="id", chunk_bytes=8192, format_version=3)
     store.append([record(i) for i in range(600)])
     store.delete(["k0001"])  # copy-on-write: the chunk's live rows moved, no dead rows
-    assert store.version.deletions == ()
+    assert store.head().reader.deletions.refs == ()
     assert store.compact(min_live=1.0) == store.version, "min_live has nothing to find in a format-3 store"
 
 

@@ -67,9 +67,9 @@ def test_marks_accumulate_and_a_chunk_whose_rows_all_die_leaves_the_listing(tmp_
     first = next(chunk for chunks in head.chunks().values() for chunk in chunks)
     keys = [key for key, _ in store.items()][: first.num_items]  # storage order: the first chunk's records
     store.delete(keys[:2])
-    assert [ref.dead for ref in store.version.deletions] == [2]
+    assert [ref.dead for ref in store.head().reader.deletions.refs] == [2]
     store.delete(keys[2:-1])
-    assert [ref.dead for ref in store.version.deletions] == [first.num_items - 1]
+    assert [ref.dead for ref in store.head().reader.deletions.refs] == [first.num_items - 1]
     version = store.delete(keys[-1:])
     assert version.dropped_chunks == (first.filename,) and not version.deletions
     assert first.filename not in {chunk.filename for chunks in store.chunks().values() for chunk in chunks}
@@ -90,9 +90,9 @@ def test_a_writer_holding_a_format_3_config_keeps_the_parents_marks(tmp_path: Pa
     root = tmp_path / "s"
     _store(root, format_version=3)
     old_writer = litstore.open(root)  # holds the format-3 config
-    litstore.open(root).upgrade()  # format 3 -> 5: the config switch, then a run with its key filter
+    litstore.open(root).upgrade()  # format 3 -> 6: the config switch, then a run with its key filter
     marking = litstore.open(root)
-    assert marking.config.format_version == 5 and marking.version.number == 2
+    assert marking.config.format_version == 6 and marking.version.number == 2
     marking.delete(["a001", "a100"])
     version = old_writer.delete(["a002"])  # copy-on-write of a002's chunk, on top of the marks
     assert version.dropped_chunks and version.deletions  # a001's or a100's mark stays unless its chunk moved
@@ -124,9 +124,9 @@ def test_add_fields_and_a_rebuilt_index_keep_the_dead_rows_dead(tmp_path: Path) 
     store.delete(["a001", "a002"])
     store.upsert([_record("a003", 1)])
     expected = _live(store)
-    marked = store.version.deletions
+    marked = store.head().reader.deletions.refs
     store.add_fields({"rev": int})
-    assert store.version.deletions == marked and _live(store) == expected
+    assert store.head().reader.deletions.refs == marked and _live(store) == expected
     store.upgrade(rebuild=True)
-    assert store.version.operation == "upgrade" and store.version.deletions == marked
+    assert store.version.operation == "upgrade" and store.head().reader.deletions.refs == marked
     assert _live(store) == expected and len(litstore.open(store.root)) == 198

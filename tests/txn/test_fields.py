@@ -20,7 +20,7 @@ def test_add_fields_on_a_store_with_holes_keeps_its_dead_rows_dead(make_store: C
     store.upsert([{"id": f"a{i:03d}", "n": -i - 1} for i in range(0, 80, 5)])
     store.delete(["a001", "a002", "a003"])
     before = dict(store.items())
-    holes = store.version.deletions
+    holes = store.head().reader.deletions.refs
     assert holes and len(before) == 77
 
     store.add_fields({"n": "int64"})

@@ -7,6 +7,8 @@
     manifests/<v>-<txn>.parquet                     manifest delta of version v
     manifests/<v>-<txn>.checkpoint.parquet          full manifest at version v (some versions)
     manifests/<v>-<txn>.keys                        key run written by version v (format 3)
+    manifests/<v>-<txn>.deletions                   dead rows of the chunks version v marked (format 4)
+    manifests/<v>-<txn>.listing                     full listing of version v, written by gc (format 6)
     fragments/<txn>/chunk-<txn>-<n>.bin             litdata chunks, written once, never changed
     fragments/<txn>/chunk-<txn>-<n>.hashes          the chunk's items' content hashes (format 3, format/chunkhashes.py)
     fragments/<txn>/lease-<id>.json                 FragmentLease: gc leaves the fragment alone while it runs
@@ -82,7 +84,7 @@ _OWN_FILES = re.compile(
     r"|fragments/[0-9a-f]{20}/((lease|doomed)-[0-9a-f]{20}|clock)\.json"
     r"|versions/\d{8,}\.expiring/[0-9a-f]{20}\.json"
     r"|manifests/\d{8,}-[0-9a-f]{20}(\.checkpoint)?\.parquet"
-    r"|manifests/\d{8,}-[0-9a-f]{20}\.(keys|deletions)"
+    r"|manifests/\d{8,}-[0-9a-f]{20}\.(keys|deletions|listing)"
     r"|versions/\d{8,}-[0-9a-f]{20}/[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}/index\.json"
     r"|versions/turn\.claim"
 )
@@ -177,6 +179,12 @@ def deletions_number(path: str) -> int:
     if match is None:
         raise ValueError(f"{path!r} is not a deletions file path of this store's layout")
     return int(match.group(1))
+
+
+def listing(number: int, transaction: str) -> str:
+    """The full listing of version ``number`` (its chunks and deletion vectors) that gc writes where it cuts
+    the chain a format-6 version's listing is composed from (:class:`~litstore.format.models.Listing`)."""
+    return f"{MANIFESTS}/{version_name(number)}-{transaction}.listing"
 
 
 def fragment(transaction: str) -> str:

@@ -44,10 +44,12 @@ FORMAT_VERSION = 1
 #: marks the rows it supersedes dead in deletion vectors (:mod:`litstore.format.deletions`)
 #: instead of copying the live rows of every chunk it touches. 5: each key run carries a
 #: key filter (:mod:`litstore.format.keyfilter`), so a key a run does not hold costs one
-#: 64-byte block of it, not a page.
-STORE_FORMAT_VERSION = 5
+#: 64-byte block of it, not a page. 6: a commit record lists its chunks and deletion vectors
+#: by delta on its parent's (:attr:`Version.listed_by_delta`), in full only at checkpoints,
+#: so what a small change writes does not grow with the store's chunks.
+STORE_FORMAT_VERSION = 6
 #: The format ``Store.create`` gives a store unless asked for another.
-DEFAULT_STORE_FORMAT = 5
+DEFAULT_STORE_FORMAT = 6
 #: The format of a stored config that does not say (none litstore wrote: every config it
 #: writes names its format).
 _UNSTATED_STORE_FORMAT = 2
@@ -246,6 +248,11 @@ class StoreConfig(_Frozen):
         """Whether each key run a commit writes carries a key filter (format 5)."""
         return self.format_version >= 5
 
+    @property
+    def writes_listing_deltas(self) -> bool:
+        """Whether a commit lists its chunks and deletion vectors by delta on its parent's (format 6)."""
+        return self.format_version >= 6
+
 
 #: Units a size may be given in: binary ones ("64MiB"), then litdata's own decimal ones ("64MB", as its
 #: ``chunk_bytes``), in the order litdata tries them (``litdata.utilities.format._FORMAT_TO_RATIO``).
@@ -342,6 +349,64 @@ class DeletionRef(_Frozen):
         return self
 
 
+#: litdata's item offsets are 32-bit: no chunk reaches 4 GiB (writes refuse one).
+CHUNK_LIMIT = 1 << 32
+
+
+class ListedChunk(_Frozen):
+    """One chunk a version lists, as a format-6 commit record adds it or a listing holds it.
+
+    ``items`` and ``size`` (bytes) are what the chunk's litdata index entry says; a count no
+    chunk of that size can hold (a 4-byte offset per item) is refused, never allocated.
+    """
+
+    chunk: str
+    items: int = Field(ge=0)
+    size: int = Field(ge=0, lt=CHUNK_LIMIT)
+
+    @model_validator(mode="after")
+    def _a_chunk(self) -> ListedChunk:
+        layout.check_chunk(self.chunk)
+        if self.items > self.size // 4:
+            raise ValueError(f"chunk {self.chunk} is listed with {self.items} items in {self.size} bytes")
+        return self
+
+
+class Listing(_Frozen):
+    """``manifests/<v>-<txn>.listing``: every chunk and deletion vector of format-6 version ``number``.
+
+    gc writes one for a kept version whose chain of commit records (see
+    :attr:`Version.listed_by_delta`) passes through a version it expires, as it writes a
+    manifest checkpoint, so the version's listing is composed from here on up.
+    """
+
+    format_version: int = FORMAT_VERSION
+    number: int = Field(ge=0)
+    chunks: dict[str, tuple[ListedChunk, ...]]
+    deletions: tuple[DeletionRef, ...] = ()
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Listing:
+        names = [chunk.chunk for listed in self.chunks.values() for chunk in listed]
+        for split in self.chunks:
+            _check_split_name(split)
+        if len(set(names)) != len(names):
+            raise ValueError("a listing lists a chunk once")
+        _check_deletion_refs(self.deletions, self.number, set(names))
+        return self
+
+
+def _check_deletion_refs(refs: tuple[DeletionRef, ...], number: int, listed: set[str] | None) -> None:
+    chunks = [ref.chunk for ref in refs]
+    if len(set(chunks)) != len(chunks):
+        raise ValueError("a version lists the deletion vector of a chunk once")
+    for ref in refs:
+        if layout.deletions_number(ref.path) > number:
+            raise ValueError(f"deletions file {ref.path!r} is of a later version than {number}")
+        if listed is not None and ref.chunk not in listed:
+            raise ValueError(f"chunk {ref.chunk} is given a deletion vector but not listed")
+
+
 Operation = Literal["create", "append", "upsert", "delete", "compact", "add_fields", "upgrade", "restore", "merge"]
 
 
@@ -371,7 +436,8 @@ class Version(_Frozen):
             columns; ``None``: those of the store config (see :func:`declared_fields`).
         key_runs: the runs of the version's key index on disk, newest first (format 3).
         deletions: the deletion vector of every chunk of the version that has dead rows
-            (format 4; :mod:`litstore.format.deletions`).
+            (format 4; :mod:`litstore.format.deletions`); only those it wrote if ``listed_by_delta``.
+        listed_by_delta, added_chunks: format 6, see the fields.
 
     Every path a commit record names is the one :mod:`litstore.format.layout` derives
     from its number and transaction; a record naming any other file is refused when
@@ -400,14 +466,21 @@ class Version(_Frozen):
     fields: dict[str, str] | None = None
     #: The runs of the version's key index on disk, newest first (format 3; empty before).
     key_runs: tuple[KeyRunRef, ...] = ()
-    #: The dead rows of each of the version's chunks that has any, by chunk (format 4).
+    #: The dead rows of each of the version's chunks that has any, by chunk (format 4); in a record
+    #: ``listed_by_delta``, only those of the chunks this version marked.
     deletions: tuple[DeletionRef, ...] = ()
+    #: Format 6: this record lists only what changed: ``added_chunks``, ``dropped_chunks`` and the
+    #: deletion vectors it wrote; its full listing is its parent's with those applied (see
+    #: :mod:`litstore.read.listings`). ``False``: ``indexes`` and ``deletions`` list everything.
+    listed_by_delta: bool = False
+    #: The chunks a record ``listed_by_delta`` adds to its parent's, by split, in listing order.
+    added_chunks: dict[str, tuple[ListedChunk, ...]] = Field(default_factory=dict)
 
     @model_serializer(mode="wrap")
     def _without_empty_key_runs(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
         # A record without runs or deletions leaves the field out, so litstore releases before them read it.
         data: dict[str, Any] = handler(self)
-        for name in ("key_runs", "deletions"):
+        for name in ("key_runs", "deletions", "listed_by_delta", "added_chunks"):
             if not data.get(name):
                 data.pop(name, None)
         return data
@@ -426,7 +499,15 @@ class Version(_Frozen):
     def _paths_are_its_own(self) -> Version:
         _check_fields(self.fields, None)
         if self.transaction is None:
-            if self.manifest or self.checkpoint or self.indexes or self.fragments or self.dropped_chunks:
+            if (
+                self.manifest
+                or self.checkpoint
+                or self.indexes
+                or self.fragments
+                or self.dropped_chunks
+                or self.listed_by_delta
+                or self.added_chunks
+            ):
                 raise ValueError("a version without a transaction names no files")
             return self
         transaction = layout.check_transaction(self.transaction)
@@ -450,15 +531,29 @@ class Version(_Frozen):
         for run in self.key_runs:
             if layout.key_run_number(run.path) > self.number:
                 raise ValueError(f"key run {run.path!r} is of a later version than {self.number}")
-        chunks = [ref.chunk for ref in self.deletions]
-        if len(set(chunks)) != len(chunks):
-            raise ValueError("a version lists the deletion vector of a chunk once")
+        _check_deletion_refs(self.deletions, self.number, None)
         for ref in self.deletions:
-            if layout.deletions_number(ref.path) > self.number:
-                raise ValueError(f"deletions file {ref.path!r} is of a later version than {self.number}")
             if ref.chunk in self.dropped_chunks:
                 raise ValueError(f"chunk {ref.chunk} is both dropped and given a deletion vector")
+        self._check_delta(transaction)
         return self
+
+    def _check_delta(self, transaction: str) -> None:
+        if not self.listed_by_delta:
+            if self.added_chunks:
+                raise ValueError("a version listed in full names its chunks in its split indexes, not added_chunks")
+            return
+        if self.indexes:
+            raise ValueError("a version listed by delta has no split indexes")
+        own = layout.deletions(self.number, transaction)
+        for ref in self.deletions:
+            if ref.path != own:
+                raise ValueError(f"a version listed by delta gives only the vectors it wrote, not {ref.path!r}")
+        added = [chunk.chunk for listed in self.added_chunks.values() for chunk in listed]
+        for split in self.added_chunks:
+            _check_split_name(split)
+        if len(set(added)) != len(added) or set(added) & set(self.dropped_chunks):
+            raise ValueError("a version listed by delta adds each chunk once, and none it drops")
 
     @property
     def total(self) -> int:

@@ -17,7 +17,8 @@ and never follows a link (the storage contract), so a crafted store cannot make 
 delete anything else.
 
 Restartable: every kept version whose manifest would be composed through an
-expired one gets a checkpoint first, and tombstones are written newest first, so a
+expired one gets a checkpoint first (and, format 6, every kept version listed by delta
+on one that expires gets its listing, :mod:`litstore.read.listings`), and tombstones are written newest first, so a
 gc killed at any point leaves every listed version readable, and the next gc
 finishes the work.
 
@@ -64,6 +65,7 @@ from litstore.format import layout
 from litstore.format import manifest as manifest_format
 from litstore.format.models import ExpiredVersion, StoreConfig, Version
 from litstore.read import log, manifests
+from litstore.read.listings import VersionListing, as_listing, read_listing
 from litstore.storage import FileInfo, Storage, branched
 from litstore.txn import leases
 from litstore.txn.progress import bar as progress_bar
@@ -140,20 +142,29 @@ def choose_kept(
     return kept & set(numbers)
 
 
-def referenced_files(storage: Storage, version: Version, chunks: bool = True) -> set[str]:
-    """Every file ``version`` needs: its record, indexes, manifest files, key runs, deletion vectors and
-    (``chunks``, read from its indexes) chunks and their hashes sidecars."""
+def referenced_files(
+    storage: Storage, version: Version, chunks: bool = True, listing: VersionListing | None = None
+) -> set[str]:
+    """Every file ``version`` needs: its record, indexes, listing, manifest files, key runs, deletion vectors and
+    (``chunks``, read from its indexes) chunks and their hashes sidecars.
+
+    ``listing`` is the version's listing if the caller composed it; a version listed by delta
+    (format 6) has it composed here otherwise (the vectors it carries are named in earlier records).
+    """
+    if listing is None and version.listed_by_delta:
+        listing = read_listing(storage, version)
     files = {layout.version_record(version.number), *version.indexes.values()}
     if version.manifest:
         files.add(version.manifest)
     if version.transaction:
         files.add(layout.manifest_checkpoint(version.number, version.transaction))
+        files.add(layout.listing(version.number, version.transaction))
     if version.checkpoint:
         files.add(version.checkpoint)
     files.update(run.path for run in version.key_runs)
-    files.update(ref.path for ref in version.deletions)
+    files.update(ref.path for ref in (version.deletions if listing is None else listing.deletions))
     if chunks:
-        for listed in log.read_chunks(storage, version).values():
+        for listed in (log.read_chunks(storage, version) if listing is None else listing.chunks).values():
             files.update(chunk.filename for chunk in listed)
             files.update(layout.chunk_hashes(chunk.filename) for chunk in listed)  # where written (format 3)
     return files
@@ -198,7 +209,11 @@ def collect(
         found.modified < cutoff and layout.is_chunk(found.path) and layout.is_own_file(found.path)
         for found in fragment_files
     )
-    references = {version.number: referenced_files(storage, version, chunks_matter) for version in versions}
+    composed = _listings(storage, versions)
+    references = {
+        version.number: referenced_files(storage, version, chunks_matter, composed.get(version.number))
+        for version in versions
+    }
     elsewhere = _other_lines_need(storage, foreign, chunks_matter)
     written: list[int] = []
     marked: list[int] = []
@@ -209,6 +224,12 @@ def collect(
                     if version.number not in written:
                         _write_checkpoint(storage, config, version)
                         written.append(version.number)
+                for version in _needing_listings(storage, versions, kept):
+                    assert version.transaction is not None  # (listed by delta)
+                    storage.write(
+                        layout.listing(version.number, version.transaction),
+                        as_listing(version.number, composed[version.number]).model_dump_json().encode(),
+                    )
                 expiring = [version.number for version in versions if version.number not in kept]
                 for number in expiring:
                     if number not in marked:
@@ -363,6 +384,31 @@ def _write_checkpoint(storage: Storage, config: StoreConfig, version: Version) -
         layout.manifest_checkpoint(version.number, version.transaction),
         manifest_format.to_parquet(full, key_hash=config.stores_key_hash),
     )
+
+
+def _listings(storage: Storage, versions: list[Version]) -> dict[int, VersionListing]:
+    """The listing of every version listed by delta (and of each version such a one is built on), composed
+    in order so that each record is applied to its parent's listing once."""
+    by_number = {version.number: version for version in versions}
+    composed: dict[int, VersionListing] = {}
+    for version in versions:
+        after = by_number.get(version.number + 1)
+        if version.listed_by_delta or (after is not None and after.listed_by_delta):
+            composed[version.number] = read_listing(storage, version, composed.get(version.number - 1))
+    return composed
+
+
+def _needing_listings(storage: Storage, versions: list[Version], kept: set[int]) -> list[Version]:
+    """Kept versions listed by delta on a version that will be expired: each gets its listing written."""
+    expiring = {version.number for version in versions if version.number not in kept}
+    return [
+        version
+        for version in versions
+        if version.number in kept
+        and version.listed_by_delta
+        and version.number - 1 in expiring
+        and branched.owns(storage, version.number - 1)
+    ]
 
 
 def _needing_checkpoints(storage: Storage, versions: list[Version], kept: set[int]) -> list[Version]:

@@ -35,6 +35,7 @@ from litstore.errors import IntegrityError
 from litstore.format import layout
 from litstore.format.models import DeletionRef, Version
 from litstore.read.deletions import Deletions
+from litstore.read.listings import read_listing
 from litstore.storage import Storage
 
 #: Dead rows the manifest lists named one by one; one more entry counts the rest.
@@ -46,15 +47,16 @@ class DeadRows:
 
     def __init__(self, storage: Storage, version: Version, listings: Sequence[tuple[str, ChunkInfo]]) -> None:
         self._version = version.number
-        self._deletions = Deletions(storage, version)
-        self._refs: dict[str, DeletionRef] = {ref.chunk: ref for ref in version.deletions}
+        refs = read_listing(storage, version).deletions  # (format 6: composed from the chain of records)
+        self._deletions = Deletions(storage, version.number, refs)
+        self._refs: dict[str, DeletionRef] = {ref.chunk: ref for ref in refs}
         self._listings = listings
         self._current: tuple[str, np.ndarray | None] | None = None  # the chunk last asked for, and its dead rows
         self._failed: set[str] = set()
         self._checked: set[str] = set()
         self.problems: list[tuple[str, str]] = []
         listed = {chunk.filename for _, chunk in listings}
-        for ref in version.deletions:
+        for ref in refs:
             if ref.chunk not in listed:
                 self.problems.append(
                     (

@@ -1,8 +1,9 @@
 """A version's deletion vectors, read as needed: which rows of each of its chunks are dead.
 
-The commit record lists a :class:`~litstore.format.models.DeletionRef` for every chunk
+The version's listing (its commit record, or in format 6 its chain of records,
+:mod:`litstore.read.listings`) holds a :class:`~litstore.format.models.DeletionRef` for every chunk
 of the version with dead rows, so whether a chunk has holes, and how many, is known
-without reading a byte; the rows themselves are one ranged read of the block, checked
+without reading a chunk or vector; the rows themselves are one ranged read of the block, checked
 (:func:`litstore.format.deletions.decode`) and kept per process.
 
 Every reader that walks a chunk's rows instead of the manifest's (``items()``,
@@ -12,13 +13,14 @@ exports, streaming, verify, audit) asks :meth:`Deletions.live` which rows to yie
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
 
 from litstore.errors import IntegrityError, MissingFileError
 from litstore.format import deletions as deletion_format
-from litstore.format.models import DeletionRef, Version
+from litstore.format.models import DeletionRef
 from litstore.storage import Storage
 
 _KEPT = 64  # decoded vectors held per process
@@ -27,10 +29,10 @@ _KEPT = 64  # decoded vectors held per process
 class Deletions:
     """The dead rows of one version's chunks. Picklable: the decoded vectors are not pickled."""
 
-    def __init__(self, storage: Storage, version: Version) -> None:
+    def __init__(self, storage: Storage, number: int, refs: Iterable[DeletionRef]) -> None:
         self._storage = storage
-        self._number = version.number
-        self._refs: dict[str, DeletionRef] = {ref.chunk: ref for ref in version.deletions}
+        self._number = number
+        self._refs: dict[str, DeletionRef] = {ref.chunk: ref for ref in refs}
         self._decoded: OrderedDict[str, np.ndarray] = OrderedDict()
 
     def __repr__(self) -> str:
@@ -43,6 +45,11 @@ class Deletions:
 
     def __bool__(self) -> bool:
         return bool(self._refs)
+
+    @property
+    def refs(self) -> tuple[DeletionRef, ...]:
+        """Every chunk's reference, by chunk name."""
+        return tuple(self._refs[name] for name in sorted(self._refs))
 
     @property
     def chunks(self) -> frozenset[str]:

@@ -32,7 +32,7 @@ from litstore.errors import IntegrityError, KeyNotFoundError, VersionNotFoundErr
 from litstore.format import hashing, keyrun
 from litstore.format import manifest as manifest_format
 from litstore.format.models import ExpiredVersion, StoreConfig, Version, declared_fields
-from litstore.read import chunkhashes, keyruns, log
+from litstore.read import chunkhashes, keyruns, listings, log
 from litstore.read.checked import RecordCheck
 from litstore.read.chunks import ChunkCache
 from litstore.read.deletions import Deletions
@@ -70,12 +70,14 @@ class VersionReader:
         index: KeyIndex | None = None,
         composed: Callable[[], pa.Table] | None = None,
         runs: dict[str, RunReader] | None = None,
+        listing: listings.VersionListing | None = None,
     ) -> None:
         self._storage = storage
         self._config = config
         self._version = version
         self._manifests = manifests if manifests is not None else ManifestCache()
-        self._chunks = chunks
+        self._chunks = chunks if listing is None else listing.chunks
+        self._listing = listing
         self._index = index
         self._manifest: pa.Table | None = None
         self._composed = composed  # composes the manifest from the parent's in memory, instead of the files
@@ -121,8 +123,26 @@ class VersionReader:
     def deletions(self) -> Deletions:
         """The dead rows of this version's chunks (format 4), read as needed."""
         if self._deletions is None:
-            self._deletions = Deletions(self._storage, self._version)
+            self._deletions = Deletions(self._storage, self._version.number, self.listing().deletions)
         return self._deletions
+
+    @property
+    def built_listing(self) -> listings.VersionListing | None:
+        """The listing, if it is at hand without reading anything (else ``None``; nothing is read)."""
+        if self._listing is None and self._chunks is not None and not self._version.listed_by_delta:
+            self._listing = listings.VersionListing(self._chunks, self._version.deletions)
+        return self._listing
+
+    def listing(self) -> listings.VersionListing:
+        """This version's chunks and deletion vectors, composed from its chain where it is listed by delta."""
+        if self._listing is None:
+            if self._chunks is not None and not self._version.listed_by_delta:
+                self._listing = listings.VersionListing(self._chunks, self._version.deletions)
+            else:
+                self._listing = listings.read_listing(self._storage, self._version)
+                if self._chunks is None:
+                    self._chunks = self._listing.chunks
+        return self._listing
 
     @property
     def built_index(self) -> KeyIndex | None:
@@ -140,10 +160,11 @@ class VersionReader:
         chunks: dict[str, list[ChunkInfo]] | None = None,
         index: KeyIndex | None = None,
         composed: Callable[[], pa.Table] | None = None,
+        listing: listings.VersionListing | None = None,
     ) -> VersionReader:
         """A reader of another ``version`` of the same store, sharing this one's manifest cache.
 
-        ``chunks`` and ``index``, if given, are that version's (a write knows them);
+        ``chunks`` (or its whole ``listing``) and ``index``, if given, are that version's (a write knows them);
         ``composed``, if given, makes that version's manifest when it is first asked for
         (a writer that holds its parent's manifest and the delta it committed), instead
         of reading the manifest files again.
@@ -157,6 +178,7 @@ class VersionReader:
             index=index,
             composed=composed,
             runs=self._run_readers,
+            listing=listing,
         )
 
     def reconfigured(self, config: StoreConfig) -> VersionReader:
@@ -173,6 +195,7 @@ class VersionReader:
             index=self._index,
             composed=self._composed,
             runs=self._run_readers,
+            listing=self._listing,
         )
 
     def at(self, number: int) -> VersionReader:
@@ -248,7 +271,7 @@ class VersionReader:
     def chunks(self) -> dict[str, list[ChunkInfo]]:
         """The chunks of each split of this version, as its litdata index files list them."""
         if self._chunks is None:
-            self._chunks = log.read_chunks(self._storage, self._version)
+            self._chunks = self.listing().chunks
         return self._chunks
 
     def key_index(self) -> KeyIndex:

@@ -59,6 +59,7 @@ from litstore.read import manifests
 from litstore.read.groups import by_chunk
 from litstore.read.keyindex import KeyIndex
 from litstore.read.keyruns import has_key_index
+from litstore.read.listings import VersionListing, added_chunks
 from litstore.read.memory import release_freed
 from litstore.txn import claims, fields, keyruns, leases, race, upgrade
 from litstore.txn.change import Change, Compaction, Delete, FieldAddition, Merge, Upgrade, Write
@@ -133,7 +134,7 @@ def commit(
                 claimed = claims.claim(head.storage, owner)
             claims.wait_for_turn(head.storage, owner)
             try:
-                version, chunks, composed = publish(head, current, moves, operation, message, metadata)
+                version, listing, composed = publish(head, current, moves, operation, message, metadata)
             except ConflictError:
                 losses += 1
                 head, touched, dropped, marked = race.catch_up(head)
@@ -161,7 +162,7 @@ def commit(
             if moves is not None:
                 relied_on.append((moves.transaction, moves.transaction))  # its stager's: this commit
             leases.release(head.storage, relied_on)
-            return head.successor(version, chunks, _next_index(head, current), composed)
+            return head.successor(version, None, _next_index(head, current), composed, listing)
     except BaseException as exc:
         if moves is not None and not isinstance(exc, UncertainCommitError):  # a record may list the moves
             discard(head.storage, moves)
@@ -248,14 +249,21 @@ def publish(
     operation: Operation,
     message: str | None = None,
     metadata: dict[str, Any] | None = None,
-) -> tuple[Version, dict[str, list[ChunkInfo]], Callable[[], pa.Table] | None]:
-    """Commit ``current`` as version ``head + 1``; returns it, its chunks and, where ``head``
-    holds its manifest, what composes the new version's manifest from it in memory.
+) -> tuple[Version, VersionListing | None, Callable[[], pa.Table] | None]:
+    """Commit ``current`` as version ``head + 1``; returns it, its listing (chunks and deletion vectors; ``None``
+    where it was not composed) and,
+    where ``head`` holds its manifest, what composes the new version's manifest from it in memory.
 
     The new version gets a full manifest checkpoint every ``checkpoint_interval``
     versions, whenever composing it would read more delta rows than it has live
     records (format 4: twice as many), so composing any version reads at most about
     two (three) times its live rows, and for every compaction (whose delta moves many rows).
+
+    A format-6 record lists its chunks and deletion vectors by delta on the parent's (the
+    chunks it adds and drops, the vectors it wrote; :mod:`litstore.read.listings`), and in
+    full, with split indexes as before, whenever it writes a checkpoint and every
+    ``checkpoint_interval`` versions: what a small change writes follows the change, and
+    a reader composes a listing from at most ``checkpoint_interval`` records.
 
     A format-4 delta also carries, on each replaced row, the content hash of the
     parent's row it supersedes (:data:`~litstore.format.manifest.OLD_CONTENT_HASH`):
@@ -287,20 +295,6 @@ def publish(
     written.append(manifest_path)
     release_freed()  # the Parquet encoder's buffers, before the key run is built
 
-    deletion_refs, dead_file, emptied = _deletions(head, current, number, transaction)
-    if emptied:  # every row of these chunks is dead: the version no longer lists them
-        current = dataclasses.replace(current, dropped_chunks=current.dropped_chunks | emptied)
-    if dead_file is not None:
-        storage.write(layout.deletions(number, transaction), dead_file)
-        written.append(layout.deletions(number, transaction))
-    chunks = _version_chunks(head.chunks(), current, moves)
-    indexes: dict[str, str] = {}
-    for split, split_chunks in chunks.items():
-        if split_chunks:
-            indexes[split] = layout.split_index(number, transaction, split)
-            storage.write(indexes[split], index_document(split_chunks, config.chunk_bytes))
-            written.append(indexes[split])
-
     counts = dict(parent.counts)
     for split, difference in _count_changes(current).items():
         counts[split] = counts.get(split, 0) + difference
@@ -322,6 +316,32 @@ def publish(
         else:
             write_checkpoint(head, delta, checkpoint_path)
         pending_rows = 0
+    by_delta = config.writes_listing_deltas and checkpoint_path is None and number % config.checkpoint_interval != 0
+    indexes: dict[str, str] = {}
+    listing: VersionListing | None = None
+    if by_delta and not current.deletions and not current.dropped_chunks and head.built_listing is None:
+        # An append listed by delta needs nothing of the parent's listing: it is not composed (that would read
+        # up to checkpoint_interval commit records); the new version's reader composes it if asked.
+        listed_refs: tuple[DeletionRef, ...] = ()
+        added = added_chunks({}, _version_chunks({}, current, moves))
+    else:
+        deletion_refs, dead_file, emptied = _deletions(head, current, number, transaction)
+        if emptied:  # every row of these chunks is dead: the version no longer lists them
+            current = dataclasses.replace(current, dropped_chunks=current.dropped_chunks | emptied)
+        if dead_file is not None:
+            storage.write(layout.deletions(number, transaction), dead_file)
+            written.append(layout.deletions(number, transaction))
+        chunks = _version_chunks(head.chunks(), current, moves)
+        for split, split_chunks in chunks.items():
+            if split_chunks and not by_delta:
+                indexes[split] = layout.split_index(number, transaction, split)
+                storage.write(indexes[split], index_document(split_chunks, config.chunk_bytes))
+                written.append(indexes[split])
+        listing = VersionListing({split: listed for split, listed in chunks.items() if listed}, deletion_refs)
+        listed_refs = deletion_refs
+        added = added_chunks(head.chunks(), chunks) if by_delta else {}
+        if by_delta:  # only the vectors this commit wrote; the rest are the parent's
+            listed_refs = tuple(ref for ref in deletion_refs if ref.path == layout.deletions(number, transaction))
     key_runs: tuple[KeyRunRef, ...] = ()  # a writer holding a format-2 config lists none, not its parent's
     if config.writes_key_runs:
         filtered = config.writes_key_filters
@@ -363,7 +383,9 @@ def publish(
         metadata=metadata or {},
         fields=parent.fields,
         key_runs=key_runs,
-        deletions=deletion_refs,
+        deletions=listed_refs,
+        listed_by_delta=by_delta,
+        added_chunks=added,
     )
     if not race.put_commit_record(head, version):
         for path in written:
@@ -372,7 +394,7 @@ def publish(
             except StorageError:
                 pass  # an unreferenced file: gc removes it; the lost race is what matters
         raise ConflictError(f"version {number} was committed by another writer first")
-    return version, chunks, _composer(head, delta, full)
+    return version, listing, _composer(head, delta, full)
 
 
 def _deletions(
@@ -385,7 +407,7 @@ def _deletions(
     race), so no commit drops another's marks; chunks the commit does not touch keep
     their reference. Any writer carries its parent's references, whatever its format.
     """
-    kept = {ref.chunk: ref for ref in head.version.deletions if ref.chunk not in current.dropped_chunks}
+    kept = {ref.chunk: ref for ref in head.deletions.refs if ref.chunk not in current.dropped_chunks}
     if not current.deletions:
         return tuple(kept[name] for name in sorted(kept)), None, frozenset()
     sizes = {chunk.filename: chunk.num_items for listed in head.chunks().values() for chunk in listed}

@@ -68,7 +68,7 @@ def _write(
     checkpoint = layout.manifest_checkpoint(number, transaction)
     storage.write(checkpoint, manifest_format.to_parquet(full, key_hash=head.config.stores_key_hash))
     written.append(checkpoint)
-    indexes = copy_indexes(storage, parent, number, transaction)
+    indexes = copy_indexes(head, number, transaction)
     written.extend(indexes.values())
     version = Version(
         number=number,
@@ -85,6 +85,6 @@ def _write(
         metadata=metadata or {},
         fields=fields,
         key_runs=parent.key_runs,  # the same records in the same places
-        deletions=parent.deletions,  # the same rows dead
+        deletions=head.deletions.refs,  # the same rows dead (listed in full: format 6's by delta are composed)
     )
     return version, written

@@ -17,11 +17,11 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from litstore import query
+from litstore._litdata.index import index_document
 from litstore.errors import ConflictError, StorageError, UncertainCommitError, VersionNotFoundError, describe
 from litstore.format import layout
 from litstore.format.models import ExpiredVersion, Version
 from litstore.read import log
-from litstore.storage import Storage
 
 if TYPE_CHECKING:
     from litstore.read.version import VersionReader
@@ -40,14 +40,21 @@ def commit_time(parent: Version) -> datetime:
     return max(datetime.now(UTC), parent.created_at)
 
 
-def copy_indexes(storage: Storage, parent: Version, number: int, transaction: str) -> dict[str, str]:
-    """Copy ``parent``'s split indexes to the paths of version ``number`` (attempt ``transaction``); the new paths.
+def copy_indexes(parent: VersionReader, number: int, transaction: str) -> dict[str, str]:
+    """Write ``parent``'s split indexes to the paths of version ``number`` (attempt ``transaction``); the new paths.
 
-    For commits that change no record's place (field additions, upgrades): the new
-    version lists the parent's chunks, under index paths of its own, as every version does.
+    For commits that list the chunks of a version in full (field additions, upgrades, restores):
+    the new version lists them under index paths of its own. A parent with index files of its
+    own has them copied byte for byte; one listed by delta (format 6) has its composed chunks written.
     """
+    storage = parent.storage
     indexes: dict[str, str] = {}
-    for split, path in parent.indexes.items():
+    if parent.version.listed_by_delta:
+        for split, chunks in parent.chunks().items():
+            indexes[split] = layout.split_index(number, transaction, split)
+            storage.write(indexes[split], index_document(chunks, parent.config.chunk_bytes))
+        return indexes
+    for split, path in parent.version.indexes.items():
         indexes[split] = layout.split_index(number, transaction, split)
         storage.write(indexes[split], storage.read(path))
     return indexes

@@ -97,7 +97,7 @@ def _write(
     checkpoint = layout.manifest_checkpoint(number, transaction)
     storage.write(checkpoint, manifest_format.to_parquet(full, key_hash=config.stores_key_hash))
     written.append(checkpoint)
-    indexes = copy_indexes(storage, target.version, number, transaction)
+    indexes = copy_indexes(target, number, transaction)
     written.extend(indexes.values())
     refs, dead_file = _deletions(target, number, transaction)
     if dead_file is not None:
@@ -183,10 +183,10 @@ def _delta(
 
 def _deletions(target: VersionReader, number: int, transaction: str) -> tuple[tuple[DeletionRef, ...], bytes | None]:
     """The target's dead rows, every chunk's block written anew in version ``number``'s deletions file."""
-    if not target.version.deletions:
+    if not target.deletions:
         return (), None
     sizes = {chunk.filename: chunk.num_items for chunks in target.chunks().values() for chunk in chunks}
-    blocks = [(ref.chunk, target.deletions.dead(ref.chunk, sizes[ref.chunk])) for ref in target.version.deletions]
+    blocks = [(ref.chunk, target.deletions.dead(ref.chunk, sizes[ref.chunk])) for ref in target.deletions.refs]
     encoded = [deletion_format.encode(rows) for _, rows in blocks]
     data, places = deletion_format.file_bytes(encoded)
     path = layout.deletions(number, transaction)

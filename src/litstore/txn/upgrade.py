@@ -1,4 +1,4 @@
-"""Upgrading a store to format 5: its newest version's key index written on disk, then its config switched.
+"""Upgrading a store to format 6: its newest version's key index written on disk, then its config switched.
 
 :func:`upgrade` (what ``Store.upgrade`` and ``litstore upgrade`` do) takes two steps,
 in this order:
@@ -67,8 +67,9 @@ if TYPE_CHECKING:
     from litstore.read.version import VersionReader
 
 #: The store format an upgrade switches to: every commit writes a key run with a key filter, upserts and
-#: deletes deletion vectors.
-FORMAT = 5
+#: deletes deletion vectors, and commit records list chunks and vectors by delta (format 6: the switch alone,
+#: since a format-6 commit on a version listed in full lists by delta on it).
+FORMAT = 6
 _MAX_ATTEMPTS = 50
 
 
@@ -223,7 +224,7 @@ def _write(
         storage.write(checkpoint, manifest_format.to_parquet(manifest, key_hash=config.stores_key_hash))
         written.append(checkpoint)
         pending_rows = 0
-    indexes = copy_indexes(storage, parent, number, transaction)
+    indexes = copy_indexes(head, number, transaction)
     written.extend(indexes.values())
     write_sidecars(storage, [chunk for chunks in head.chunks().values() for chunk in chunks], manifest)
     # With its key filter even before the switch to format 5: a format-2 reader ignores key runs, and
@@ -247,6 +248,6 @@ def _write(
         metadata=metadata or {},
         fields=parent.fields,
         key_runs=key_runs,
-        deletions=parent.deletions,  # the same rows dead
+        deletions=head.deletions.refs,  # the same rows dead, listed in full
     )
     return version, written
