@@ -63,8 +63,8 @@ def read_listing(storage: Storage, version: Version, parent: VersionListing | No
             below = log.read_record(storage, current.number - 1)
         except VersionNotFoundError:
             below = None
-        if below is None or isinstance(below, ExpiredVersion):  # gc cut the chain here, after writing the listing
-            base = _gc_listing(storage, current)
+        if below is None or isinstance(below, ExpiredVersion):  # gc cut the chain here, after writing a listing
+            base, deltas = _gc_listing(storage, current, deltas)
             break
         deltas.append(current)
         current = below
@@ -151,24 +151,36 @@ def _chunk_info(chunk: ListedChunk) -> ChunkInfo:
     return ChunkInfo(filename=chunk.chunk, num_items=chunk.items, num_bytes=chunk.size)
 
 
-def _gc_listing(storage: Storage, version: Version) -> VersionListing:
-    """The listing gc wrote for ``version`` when it expired the version below it."""
-    assert version.transaction is not None  # (a record listed by delta has one)
-    path = layout.listing(version.number, version.transaction)
-    try:
-        data = storage.read(path)
-    except MissingFileError as exc:
-        raise IntegrityError(
-            f"version {version.number} is listed by delta on version {version.number - 1}, which is gone, and its "
-            f"listing {path} is missing: the version cannot say which chunks it has"
-        ) from exc
-    try:
-        listing = Listing.model_validate_json(data)
-    except pydantic.ValidationError as exc:
-        raise IntegrityError(f"listing {path} is damaged: {first_problem(exc, 'document')}") from exc
-    if listing.number != version.number:
-        raise IntegrityError(f"listing {path} says it is version {listing.number}'s")
-    return VersionListing(
-        {split: [_chunk_info(chunk) for chunk in listed] for split, listed in listing.chunks.items() if listed},
-        listing.deletions,
+def _gc_listing(storage: Storage, version: Version, above: list[Version]) -> tuple[VersionListing, list[Version]]:
+    """The listing gc wrote for ``version`` when it expired the version below it, and the records of ``above``
+    (newest first, each listed by delta on the next) still to apply to it.
+
+    gc writes the listing of a kept version before its tombstones, newest first, and then
+    removes what only expired versions need: a walk that read a record just before gc
+    tombstoned it meets the tombstone lower down, where the version it stands on has no
+    listing (or gc removed it). The listing gc wrote for a version higher up the walk
+    then holds, so those are tried in turn, the lowest first.
+
+    Raises:
+        IntegrityError: none of them has a listing, or the one found is damaged.
+    """
+    for at, candidate in enumerate([version, *reversed(above)]):
+        assert candidate.transaction is not None  # (a record listed by delta has one)
+        path = layout.listing(candidate.number, candidate.transaction)
+        try:
+            data = storage.read(path)
+        except MissingFileError:
+            continue
+        try:
+            listing = Listing.model_validate_json(data)
+        except pydantic.ValidationError as exc:
+            raise IntegrityError(f"listing {path} is damaged: {first_problem(exc, 'document')}") from exc
+        if listing.number != candidate.number:
+            raise IntegrityError(f"listing {path} says it is version {listing.number}'s")
+        chunks = {split: [_chunk_info(chunk) for chunk in listed] for split, listed in listing.chunks.items() if listed}
+        return VersionListing(chunks, listing.deletions), above[: len(above) - at]
+    path = layout.listing(version.number, version.transaction or "")
+    raise IntegrityError(
+        f"version {version.number} is listed by delta on version {version.number - 1}, which is gone, and its "
+        f"listing {path} is missing: the version cannot say which chunks it has"
     )
