@@ -69,3 +69,31 @@ def test_gc_reads_the_indexes_when_an_old_chunk_may_go(make_store: Callable[...,
     (root / str(indexes["train"])).write_bytes(b"garbage")
     with pytest.raises(litstore.IntegrityError):
         litstore.open(root).gc(dry_run=False, grace=timedelta(0))
+
+
+@pytest.mark.parametrize("line", ["main", "branch"])
+def test_gc_reads_each_commit_record_of_every_line_a_bounded_number_of_times(
+    make_store: Callable[..., litstore.Store], monkeypatch: pytest.MonkeyPatch, line: str
+) -> None:
+    """Format 6: gc composes the listings of the other lines' versions in order, as it does its own line's,
+    not each version's chain from scratch (that read every record up to ``checkpoint_interval`` times)."""
+    store = make_store(key="id", checkpoint_interval=64)
+    for i in range(40):
+        store.append([{"id": f"k{i:03d}", "v": i}])
+    store.branches.create("b")
+    branch = litstore.open(store.root, branch="b")
+    for i in range(40):
+        branch.append([{"id": f"b{i:03d}", "v": i}])
+    reads: dict[str, int] = {}
+    real_read = type(store.storage).read
+
+    def read(self: object, path: str) -> bytes:
+        if path.endswith(".json") and f"{layout.VERSIONS}/" in path:
+            reads[path] = reads.get(path, 0) + 1
+        return real_read(self, path)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(type(store.storage), "read", read)
+    (litstore.open(store.root) if line == "main" else litstore.open(store.root, branch="b")).gc(dry_run=False)
+
+    assert len(reads) >= 80
+    assert max(reads.values()) <= 4, sorted(reads.items(), key=lambda item: -item[1])[:3]

@@ -299,18 +299,24 @@ def _other_lines_need(storage: Storage, foreign: list[Version], chunks: bool) ->
     branch sees (``foreign``), and every live version of every other branch and of ``main``.
 
     gc expires versions of its own line only; each other line's versions are kept whole
-    here, so nothing a branch reads is removed by a gc of another line.
+    here, so nothing a branch reads is removed by a gc of another line. Each line's
+    listings are composed in order (format 6), a record applied once, as gc's own line's.
     """
     files: set[str] = set()
+    composed = _listings(storage, foreign)
     for version in foreign:
-        files |= referenced_files(storage, version, chunks)
+        files |= referenced_files(storage, version, chunks, composed.get(version.number))
     for line in branched.other_lines(storage):
-        for number in log.version_numbers(line):
-            if not branched.owns(line, number):
-                continue
-            record = log.read_record(line, number)
-            if isinstance(record, Version):
-                files |= referenced_files(line, record, chunks)
+        records = [
+            record
+            for record in (
+                log.read_record(line, number) for number in log.version_numbers(line) if branched.owns(line, number)
+            )
+            if isinstance(record, Version)
+        ]
+        composed = _listings(line, records)
+        for record in records:
+            files |= referenced_files(line, record, chunks, composed.get(record.number))
     return files
 
 
