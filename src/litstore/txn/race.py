@@ -21,7 +21,7 @@ from litstore._litdata.index import index_document
 from litstore.errors import ConflictError, StorageError, UncertainCommitError, VersionNotFoundError, describe
 from litstore.format import layout
 from litstore.format.models import ExpiredVersion, Version
-from litstore.read import log
+from litstore.read import listings, log
 
 if TYPE_CHECKING:
     from litstore.read.version import VersionReader
@@ -132,6 +132,10 @@ def catch_up(head: VersionReader) -> tuple[VersionReader, set[Any], set[str], se
     """The newest head, the keys the commits since ``head`` changed, the chunks they dropped, and the chunks
     they marked rows of dead (format 4: those whose deletion vector a commit wrote anew).
 
+    Where ``head`` holds its listing, each record listed by delta (format 6) is applied to
+    it as it is read, so the new head holds its listing too: a writer that lost a race does
+    not compose it again from the chain (up to ``checkpoint_interval`` records) for each loss.
+
     Raises:
         ConflictError: one of those commits was expired by gc before it could be checked.
     """
@@ -140,6 +144,7 @@ def catch_up(head: VersionReader) -> tuple[VersionReader, set[Any], set[str], se
     marked: set[str] = set()
     start = head.version.number
     latest = head.version
+    listing = head.built_listing
     for number in log.versions_after(head.storage, start):
         record = log.read_record(head.storage, number)
         if isinstance(record, ExpiredVersion):
@@ -155,8 +160,9 @@ def catch_up(head: VersionReader) -> tuple[VersionReader, set[Any], set[str], se
         if record.transaction is not None:
             own = layout.deletions(record.number, record.transaction)
             marked.update(ref.chunk for ref in record.deletions if ref.path == own)
+        listing = listings.apply(listing, record) if listing is not None and record.listed_by_delta else None
         latest = record
-    return head.successor(latest, None, None), touched, dropped, marked
+    return head.successor(latest, None, None, listing=listing), touched, dropped, marked
 
 
 def clash(head: VersionReader, keys: set[Any]) -> ConflictError | None:
