@@ -10,7 +10,8 @@ checkpoint. The chain is bounded: a commit lists in full whenever it writes a ma
 checkpoint and every ``checkpoint_interval`` versions; where gc expires a version a kept
 one's chain passes through, it writes that kept version's listing
 (``manifests/<v>-<txn>.listing``, :class:`~litstore.format.models.Listing`) first, and
-the walk stops there when it meets the tombstone.
+the walk stops there when it meets the tombstone (or, racing gc, at the listing of a
+version higher up the walk).
 
 Applying a delta checks it against the chain: a record that drops or marks a chunk its
 parent does not list, or adds one it already lists, is an
