@@ -63,6 +63,40 @@ def stored_item_offsets(chunk: Buffer, name: str) -> np.ndarray:
     return offsets
 
 
+def unchecked_item_offsets(chunk: Buffer, name: str) -> np.ndarray:
+    """The item offsets of a whole chunk as stored (a view), with only the header's ends checked.
+
+    The first offset must follow the header and the last be the chunk's size; the
+    offsets between are not checked: a reader of a few items checks theirs with
+    :func:`check_item_bounds` (O(items read), not O(items in the chunk)).
+
+    Raises:
+        IntegrityError: the header is cut short or its ends do not fit the chunk.
+    """
+    size = len(chunk)
+    header = header_size(chunk, name)
+    if header > size:
+        raise IntegrityError(f"chunk {name} claims {header // 4 - 2} items but is only {size} bytes long")
+    offsets = np.frombuffer(chunk, _U32, count=header // 4 - 1, offset=4)
+    if offsets[0] != header or offsets[-1] != size:
+        raise IntegrityError(f"chunk {name} has a damaged header")
+    return offsets
+
+
+def check_item_bounds(offsets: np.ndarray, rows: np.ndarray, name: str) -> None:
+    """Check that items ``rows`` lie inside the chunk, after its header, each at least an item header long.
+
+    ``offsets`` is :func:`unchecked_item_offsets`'s: its first and last entries are checked.
+
+    Raises:
+        IntegrityError: an offset of those items is damaged.
+    """
+    starts = offsets[rows].astype(np.int64)
+    ends = offsets[rows + 1].astype(np.int64)
+    if (starts < int(offsets[0])).any() or (ends > int(offsets[-1])).any() or (ends - starts < ITEM_HEADER).any():
+        raise IntegrityError(f"chunk {name} has a damaged header")
+
+
 def header_offsets(head: Buffer, name: str) -> np.ndarray:
     """The item offsets (int64) from a chunk's header bytes alone (the file size unknown).
 

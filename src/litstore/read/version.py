@@ -711,6 +711,7 @@ class VersionReader:
         fingerprint: int | None = 0
         for split, chunk in listed:
             held = self._cache.holds(chunk.filename)
+            self._cache.read_through(chunk.filename)
             hashes = np.frombuffer(sidecars.of(chunk.filename, chunk.num_items), dtype=np.uint8).reshape(-1, 16)
             live = self.deletions.live(chunk.filename, chunk.num_items)
             rows = np.arange(chunk.num_items, dtype=np.int64) if live is None else live.astype(np.int64)
