@@ -213,3 +213,56 @@ def test_a_lookup_of_more_blocks_than_the_cache_holds_keeps_the_ones_it_took(
     assert [record["id"] for record in reader.get_many(few)] == few  # some blocks cached
     every = [f"k{i:05d}" for i in range(20_000)] + ["absent"]
     assert reader.get_many(every, default=None)[:-1] == [_record(key) for key in every[:-1]]
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    entries=st.integers(min_value=1, max_value=3000),
+    asked=st.integers(min_value=1, max_value=40),
+    seed=st.integers(min_value=0, max_value=2**32 - 1),
+)
+def test_few_keys_and_many_take_the_same_bits(entries: int, asked: int, seed: int) -> None:
+    """A lookup's few blocks are checked one xxhash call each and its few keys tested in Python integers;
+    a batch's go through numpy: both give the same checksums and the same answers, members always held."""
+    rng = np.random.default_rng(seed)
+    hashes = np.sort(rng.integers(0, 2**64 - 1, entries, dtype=np.uint64))
+    prints = rng.integers(0, 256, (entries, 16), dtype=np.uint8).view("V16").reshape(-1)
+    data = keyfilter.encode(hashes, prints)
+    count = keyfilter.block_count(entries)
+    numbers = sorted(set(rng.integers(0, count, asked).tolist()))
+    blocks = [data[n * keyfilter.BLOCK : (n + 1) * keyfilter.BLOCK] for n in numbers]
+    bits = np.frombuffer(b"".join(blocks), np.uint8).reshape(-1, keyfilter.BLOCK)[:, :56]
+    assert np.array_equal(
+        keyfilter._few_checksums(b"".join(blocks), numbers), keyfilter._checksums(bits, np.asarray(numbers))
+    )
+    assert np.array_equal(keyfilter.check_blocks("run", numbers, blocks), bits)
+    members = rng.choice(entries, min(asked, entries), replace=False)
+    strangers = rng.integers(0, 256, (len(members), 16), dtype=np.uint8).view("V16").reshape(-1)
+    every = np.frombuffer(data, np.uint8).reshape(-1, keyfilter.BLOCK)[:, :56]
+    for key_hashes, key_prints in ((hashes[members], prints[members]), (hashes[: len(strangers)], strangers)):
+        rows = keyfilter.blocks_of(key_hashes, count)
+        few = keyfilter._few_held(every, rows, key_prints)
+        words = np.ascontiguousarray(every).view("<u8").reshape(-1)
+        many = np.ones(len(rows), dtype=bool)
+        for probe in keyfilter._bits_of(key_prints):  # (may_hold's numpy steps, whatever the count)
+            word = words[rows * 7 + (probe >> np.uint64(6)).astype(np.int64)]
+            many &= ((word >> (probe & np.uint64(63))) & np.uint64(1)).astype(bool)
+        assert np.array_equal(few, many)
+        assert np.array_equal(keyfilter.may_hold(every, rows, key_prints), many)
+    assert keyfilter._few_held(every, keyfilter.blocks_of(hashes[members], count), prints[members]).all()
+
+
+@pytest.mark.parametrize("records", [3000, 20_000], ids=["small run, read whole", "large run, read by ranges"])
+def test_a_flipped_filter_bit_fails_a_single_lookup(tmp_path: Path, records: int) -> None:
+    """One key asked: its block is checked by the few-blocks path, in a run read whole or by ranges."""
+    store = litstore.Store.create(tmp_path / "s", key="id", chunk_bytes=1 << 16)
+    store.append([_record(f"k{i:05d}") for i in range(records)])
+    assert (store.version.key_runs[0].size <= keyruns_reading.WHOLE_RUN) == (records == 3000)
+    key = "k00001"
+    block = int(keyfilter.blocks_of(np.array([hashing.key_hash(key)], np.uint64), keyfilter.block_count(records))[0])
+    path = _run_path(store)
+    data = bytearray(path.read_bytes())
+    data[records * keyrun.ENTRY.itemsize + block * keyfilter.BLOCK + 5] ^= 0x01
+    path.write_bytes(bytes(data))
+    with pytest.raises(litstore.IntegrityError, match=f"filter block {block} does not match its checksum"):
+        litstore.open(store.root)[key]

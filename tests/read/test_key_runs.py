@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 import litstore
 from litstore.format import hashing, keyrun, layout
 from litstore.format.models import STORE_FORMAT_VERSION
+from litstore.read.keyruns import WHOLE_RUN
 from litstore.read.version import VersionReader
 from litstore.storage import Storage
 
@@ -154,10 +155,12 @@ def test_a_fresh_lookup_reads_pages_of_the_index_not_the_manifest(tmp_path: Path
     assert reader.find("r2-01234") == _record("r2-01234", 0)
     manifests = [path for path in counting.read_bytes if path.endswith(".parquet")]
     assert manifests == [], "no manifest file is read"
-    index_bytes = sum(size for path, size in counting.read_bytes.items() if path.endswith(".keys"))
-    total_index = sum(run.size for run in head.version.key_runs)
-    assert index_bytes <= 3 * keyrun.PAGE * keyrun.ENTRY.itemsize * len(head.version.key_runs)
-    assert index_bytes < total_index / 4, (index_bytes, total_index)
+    runs = head.version.key_runs
+    assert [run.size > WHOLE_RUN for run in runs] == [False, True], "one small run, one large"
+    small, large = (counting.read_bytes.get(run.path, 0) for run in runs)
+    assert small == runs[0].size, "a small run is read whole, once"
+    assert large <= 3 * keyrun.PAGE * keyrun.ENTRY.itemsize, "a large one: its tail and a page"
+    assert large < runs[1].size / 8
 
 
 @pytest.fixture
@@ -326,3 +329,31 @@ def test_a_record_claiming_a_run_shorter_than_a_footer_is_refused(damaged_store:
         ranged.find("k0001")
     with pytest.raises(litstore.IntegrityError, match="key run"):
         head.reader.find("k0001")
+
+
+def test_a_stranger_chunk_name_in_a_run_is_refused_when_used(damaged_store: litstore.Store) -> None:
+    """A run's chunk names are checked as they are used (a lookup resolves one of them; merges, verify and
+    ``KeyRuns.check`` take them all): a name planted with every sum right is an IntegrityError, never read."""
+    entries, names = damaged_store.head().reader.key_runs()._runs[0].everything()
+    fragment = names[0].split("/")[1]
+    planted = names[0].replace(f"chunk-{fragment}", f"chunk-{'0' * 20}")  # (same length: the record's size holds)
+    data = keyrun.encode(entries, [planted, *names[1:]])
+    assert len(data) == damaged_store.version.key_runs[0].size
+    _run_path(damaged_store).write_bytes(data)
+    keys = [f"k{i:04d}" for i in range(3000)]
+    victim = next(key for key, found in zip(keys, entries_for(entries, keys), strict=True) if found == 0)
+    bystander = next(key for key, found in zip(keys, entries_for(entries, keys), strict=True) if found != 0)
+    reopened = litstore.open(damaged_store.root)
+    assert reopened[bystander] == _record(bystander, 0), "an entry naming another chunk still reads"
+    with pytest.raises(litstore.IntegrityError, match="which is not a chunk of this store"):
+        reopened[victim]
+    with pytest.raises(litstore.IntegrityError, match="which is not a chunk of this store"):
+        litstore.open(damaged_store.root).head().reader.key_runs().check()
+    report = litstore.open(damaged_store.root).verify()
+    assert any("not a chunk of this store" in problem for _, problem in report.index_problems)
+
+
+def entries_for(entries: np.ndarray, keys: list[str]) -> list[int]:
+    """The chunk id of each key's entry in ``entries``."""
+    by_print = {entry["keyprint"].tobytes(): int(entry["chunk"]) for entry in entries}
+    return [by_print[hashing.keyprint(key)] for key in keys]

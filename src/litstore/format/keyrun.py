@@ -35,9 +35,10 @@ table, chunk names of the layout. A run that fails is an :class:`~litstore.error
 
 from __future__ import annotations
 
+import functools
 import struct
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import BinaryIO
 
 import numpy as np
@@ -65,14 +66,50 @@ MAX_CHUNKS = 2**31
 
 @dataclass(frozen=True)
 class Tail:
-    """What a reader keeps of a run after opening it: its size, chunk names and fences."""
+    """What a reader keeps of a run after opening it: its size, chunk names and fences.
+
+    The chunk names are checked against the layout as they are used: one by
+    :meth:`chunk` (what a lookup resolves), all of them on the first use of
+    :attr:`chunks` (merges, verify). A checkpoint's run names every chunk written since
+    the last compaction, one per small commit, and a lookup uses one of them.
+    """
 
     entries: int
     page: int
-    chunks: tuple[str, ...]
+    names: tuple[str, ...]  # the chunk table as stored (whole, by its checksum), not yet checked
     fences: np.ndarray  # uint64, one per page
     sums: np.ndarray  # uint64, one per page
     filter_blocks: int = 0  # 0: the run has no filter (LSKRUN01)
+    path: str = ""  # the run's file, for messages
+    _checked: set[int] = field(default_factory=set, init=False, repr=False, compare=False)  # by chunk()
+
+    @functools.cached_property
+    def chunks(self) -> tuple[str, ...]:
+        """Every chunk name of the table, each checked against the layout.
+
+        Raises:
+            IntegrityError: a name is not one of a chunk of the store.
+        """
+        if self.names and not layout.are_chunks("\n".join(self.names)):
+            for number in range(len(self.names)):  # (which one)
+                self.chunk(number)
+        return self.names
+
+    def chunk(self, number: int) -> str:
+        """Chunk name ``number`` of the table (an id a checked page holds: inside the table), checked.
+
+        Raises:
+            IntegrityError: it is not the name of a chunk of the store.
+        """
+        name = self.names[number]
+        if number in self._checked or "chunks" in self.__dict__:
+            return name
+        try:
+            layout.check_chunk(name)
+        except ValueError as exc:
+            raise IntegrityError(f"key run {self.path} names {name!r}, which is not a chunk of this store") from exc
+        self._checked.add(number)
+        return name
 
     @property
     def entries_bytes(self) -> int:
@@ -196,6 +233,8 @@ def footer_size() -> int:
 def parse_tail(path: str, file_bytes: int, footer: bytes, read: Callable[[int, int], bytes]) -> Tail:
     """Check a run's footer (its last :func:`footer_size` bytes) and read its chunk table and fences.
 
+    The chunk names are checked as they are used (:class:`Tail`).
+
     ``read(start, end)`` returns bytes ``[start, end)`` of the run (``file_bytes`` long).
 
     Raises:
@@ -226,16 +265,11 @@ def parse_tail(path: str, file_bytes: int, footer: bytes, read: Callable[[int, i
     names = rest[:names_bytes].decode("utf-8", errors="replace").split("\n") if names_bytes else []
     if len(names) != chunk_count:
         raise IntegrityError(f"key run {path} names {len(names)} chunks, its footer says {chunk_count}")
-    for name in names:
-        try:
-            layout.check_chunk(name)
-        except ValueError as exc:
-            raise IntegrityError(f"key run {path} names {name!r}, which is not a chunk of this store") from exc
     fences = np.frombuffer(rest, dtype="<u8", offset=names_bytes, count=fence_count)
     sums = np.frombuffer(rest, dtype="<u8", offset=names_bytes + 8 * fence_count, count=fence_count)
     if fence_count > 1 and bool(np.any(fences[1:] < fences[:-1])):
         raise IntegrityError(f"key run {path}'s fences are not sorted: it is damaged")
-    return Tail(count, page, tuple(names), fences, sums, blocks)
+    return Tail(count, page, tuple(names), fences, sums, blocks, path)
 
 
 def check_page(path: str, tail: Tail, page: int, data: bytes | memoryview) -> np.ndarray:
@@ -287,7 +321,7 @@ def check_pages(path: str, tail: Tail, pages: Sequence[int], data: Sequence[byte
         page = int(numbers[np.argmax(unsorted)])
         raise IntegrityError(f"key run {path} page {page} is not sorted inside its fences: it is damaged")
     chunks = np.concatenate([entries["chunk"] for entries in checked])
-    outside = np.flatnonzero((chunks >= len(tail.chunks)) & (chunks != DELETED))
+    outside = np.flatnonzero((chunks >= len(tail.names)) & (chunks != DELETED))
     if len(outside):
         page = int(numbers[np.searchsorted(ends, outside[0], "right")])
         raise IntegrityError(f"key run {path} page {page} names a chunk outside its table: it is damaged")

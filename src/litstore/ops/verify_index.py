@@ -141,10 +141,11 @@ def _opened_runs(storage: Storage, version: Version, names: Names, problems: lis
         reader = RunReader(storage, ref)
         try:
             tail = reader.tail()
+            chunks = tail.chunks  # (its names are checked when first used)
         except IntegrityError as exc:
             problems.append((ref.path, str(exc)))
             continue
-        codes = np.array([names.chunk(name) for name in tail.chunks] + [0], np.uint64)
+        codes = np.array([names.chunk(name) for name in chunks] + [0], np.uint64)
         runs.append(_Run(number, storage, reader, tail, codes, set()))
     return runs
 

@@ -3,9 +3,13 @@
 A lookup reads, per run and process, the run's footer and its table of chunk names,
 page fences and page sums once (:class:`RunReader`), then only the pages that can
 hold the key (one page of 12 KiB, sometimes two): O(log N) bytes, never the
-manifest. Locally the run is memory-mapped for its tail, a few pages are read (pread)
-and many at once are slices of the mapping; elsewhere each page is one ranged read,
-cached in the process. Every page is checked
+manifest. Locally the run is memory-mapped for its tail and its pages are read
+(pread); elsewhere each page is one ranged read, cached in the process. A small run
+(at most :data:`WHOLE_RUN` bytes: the runs of the small commits since a checkpoint)
+is read whole when opened, in one read, and its pages and filter blocks are slices of
+those bytes: a lookup passes through every run newer than the one holding its key,
+and opening a file three times (mapping, filter block, page) cost more than the
+run's bytes. Every page is checked
 against its sum before it is used (:func:`litstore.format.keyrun.check_page`).
 
 :class:`KeyRuns` answers for a version: for each key, the newest entry whose keyprint
@@ -40,6 +44,8 @@ _READ_PAGES = 256
 _CACHED_PAGES = 4096
 #: Filter blocks kept in memory per run (4 MiB of 64-byte blocks).
 _CACHED_BLOCKS = 1 << 16
+#: A run of at most this many bytes (about 10,000 entries) is read whole when it is opened.
+WHOLE_RUN = 512 << 10
 
 
 def has_key_index(version: Version) -> bool:
@@ -60,7 +66,7 @@ class RunReader:
         self._storage = storage
         self._ref = ref
         self._tail: keyrun.Tail | None = None
-        self._mapped: memoryview | None = None
+        self._whole: memoryview | None = None  # a small run's bytes (see WHOLE_RUN)
         self._pages: dict[int, np.ndarray] = {}
         self._blocks: dict[int, np.ndarray] = {}
 
@@ -75,7 +81,8 @@ class RunReader:
             if size < keyrun.footer_size():  # (the commit record's number: a ranged read must not start before 0)
                 raise IntegrityError(f"key run {path} is {size} bytes by its commit record, shorter than a footer")
             try:
-                mapped = self._storage.mapped(path)
+                whole = self._storage.read(path) if size <= WHOLE_RUN else None
+                mapped = self._storage.mapped(path) if whole is None else whole
                 footer_only = (
                     None if mapped is not None else self._storage.read_range(path, size - keyrun.footer_size(), size)
                 )
@@ -85,9 +92,10 @@ class RunReader:
                 view = memoryview(mapped)
                 if len(view) != size:
                     raise IntegrityError(f"key run {path} is {len(view)} bytes, its commit record says {size}")
-                self._mapped = view
                 footer = bytes(view[size - keyrun.footer_size() :])
                 tail = keyrun.parse_tail(path, size, footer, lambda start, end: bytes(view[start:end]))
+                if whole is not None:
+                    self._whole = view
             else:
                 assert footer_only is not None
                 tail = keyrun.parse_tail(
@@ -99,6 +107,21 @@ class RunReader:
                 )
             self._tail = tail
         return self._tail
+
+    def _read(self, spans: Sequence[tuple[int, int]]) -> list[memoryview]:
+        """Bytes ``[start, end)`` of the run for each span: slices of a small run's bytes, else read (pread
+        locally, a ranged read elsewhere).
+
+        Raises:
+            IntegrityError: the run is missing.
+        """
+        if self._whole is not None:
+            whole = self._whole
+            return [whole[start:end] for start, end in spans]
+        try:
+            return [memoryview(data) for data in self._storage.read_ranges(self._ref.path, spans)]
+        except MissingFileError as exc:
+            raise IntegrityError(f"key run {self._ref.path}, which the commit record lists, is missing") from exc
 
     def page(self, number: int) -> np.ndarray:
         """The checked entries of page ``number``."""
@@ -122,7 +145,7 @@ class RunReader:
             # folios each touched 12 KiB page maps ~2 MiB into the process, and the mapped pages stay
             # resident while the run is open (a 500k-key append touching 6,500 pages of a 2M-entry run
             # kept all of its 96 MB resident; a run of 100M entries is 4.8 GB).
-            data = list(self._storage.read_ranges(self._ref.path, spans))
+            data = self._read(spans)
             kept = len(missing) <= _READ_PAGES  # many (a merge, a large append's check) are not cached
             for number, entries in zip(missing, keyrun.check_pages(self._ref.path, tail, missing, data), strict=True):
                 taken[number] = entries
@@ -150,11 +173,10 @@ class RunReader:
             start, size = tail.filter_start, keyfilter.BLOCK
             if len(missing) > _READ_PAGES:  # many: one read from the first to the last (verify reads them all)
                 low, high = missing[0], missing[-1] + 1
-                span = memoryview(self._storage.read_range(self._ref.path, start + low * size, start + high * size))
-                data: list[bytes | memoryview] = [span[(n - low) * size : (n - low + 1) * size] for n in missing]
+                span = self._read([(start + low * size, start + high * size)])[0]
+                data = [span[(n - low) * size : (n - low + 1) * size] for n in missing]
             else:
-                spans = [(start + number * size, start + (number + 1) * size) for number in missing]
-                data = list(self._storage.read_ranges(self._ref.path, spans))
+                data = self._read([(start + number * size, start + (number + 1) * size) for number in missing])
             bits = keyfilter.check_blocks(self._ref.path, missing, data)
             taken.update(zip(missing, bits, strict=True))
             if len(self._blocks) + len(missing) > _CACHED_BLOCKS:  # (the cache is cleared, not what is taken)
@@ -211,10 +233,7 @@ class RunReader:
         for start in range(first, stop, _READ_PAGES):
             numbers = list(range(start, min(start + _READ_PAGES, stop)))
             begin, end = numbers[0] * size, min((numbers[-1] + 1) * size, tail.entries_bytes)
-            try:
-                block = memoryview(self._storage.read_range(self._ref.path, begin, end))
-            except MissingFileError as exc:
-                raise IntegrityError(f"key run {self._ref.path}, which the commit record lists, is missing") from exc
+            block = self._read([(begin, end)])[0]
             data = [block[n * size - begin : min((n + 1) * size, tail.entries_bytes) - begin] for n in numbers]
             for page in keyrun.check_pages(self._ref.path, tail, numbers, data):
                 hashes = page["key_hash"]
@@ -323,7 +342,7 @@ class KeyRuns:
             IntegrityError: a run is missing, cut short or damaged (the message names its file).
         """
         for run in self._runs:
-            run.tail()
+            run.tail().chunks  # noqa: B018 (the names are checked on first use)
 
     def filtered(self) -> bool:
         """Whether every run carries a key filter (format 5; see :mod:`litstore.format.keyfilter`)."""
@@ -346,9 +365,9 @@ class KeyRuns:
             positions = open_[decided]
             status[positions] = run_status[decided]
             entries[positions] = run_entries[decided]
-            chunks = run.tail().chunks
+            tail = run.tail()
             for position, entry in zip(positions.tolist(), run_entries[decided].tolist(), strict=True):
                 if entry[1] != keyrun.DELETED:
-                    names[position] = chunks[entry[1]]
+                    names[position] = tail.chunk(entry[1])
             open_ = open_[~decided]
         return status, names, entries
