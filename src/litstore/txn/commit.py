@@ -293,7 +293,7 @@ def publish(
         )
     storage.write(manifest_path, manifest_format.to_parquet(delta_file, key_hash=config.stores_key_hash))
     written.append(manifest_path)
-    release_freed()  # the Parquet encoder's buffers, before the key run is built
+    release_freed(delta.nbytes)  # the Parquet encoder's buffers, before the key run is built
 
     counts = dict(parent.counts)
     for split, difference in _count_changes(current).items():

@@ -90,7 +90,7 @@ def entries_of(rows: pa.Table, deleted_keys: Sequence[object], key_type: str) ->
     del hashes, places, content, contents
     entries["keyprint"] = prints if order is None else prints[order]
     del prints, order
-    release_freed()  # (the commit writes the run next: a copy of its entries)
+    release_freed(entries.nbytes)  # (the commit writes the run next: a copy of its entries)
     return entries, list(names)
 
 

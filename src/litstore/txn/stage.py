@@ -168,8 +168,10 @@ def write_fragment(
                             directory, transaction, prefix, numbers, chunk_bytes or config.chunk_bytes
                         )
                     taken = pa.array(order, pa.int64())
-                    writer.add_items(run.items.take(taken))
-                    release_freed()
+                    items = run.items.take(taken)
+                    writer.add_items(items)
+                    release_freed(items.nbytes)
+                    del items
                     split_column = pa.DictionaryArray.from_arrays(
                         pa.array(np.zeros(len(order), np.int32)), pa.array([split], pa.string())
                     ).cast(pa.string())
@@ -179,7 +181,7 @@ def write_fragment(
                     bar.update(len(order))
                 offset += run_rows.num_rows
             chunks = {split: tuple(writer.close()) for split, writer in sorted(writers.items())}
-            release_freed()
+            release_freed(sum(chunk.num_bytes for listed in chunks.values() for chunk in listed))
             rows = _locate(written, chunks, config.key_type)
             if runs_seen > 1:  # within a run the input was checked already
                 twice = query.duplicate_keys(rows, hashes_are_true=True)
