@@ -4,6 +4,7 @@ missed key."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
@@ -266,3 +267,28 @@ def test_a_flipped_filter_bit_fails_a_single_lookup(tmp_path: Path, records: int
     path.write_bytes(bytes(data))
     with pytest.raises(litstore.IntegrityError, match=f"filter block {block} does not match its checksum"):
         litstore.open(store.root)[key]
+
+
+def test_the_runs_stay_few_and_small_after_many_small_commits(tmp_path: Path) -> None:
+    """Appends and upserts of a few records each: a version lists at most one run per doubling of the commits
+    since its checkpoint (merged tiered) besides the checkpoint's, and those runs are small enough to be read
+    whole; a fresh process finds every record through them."""
+    interval = 32
+    store = litstore.Store.create(tmp_path / "s", key="id", chunk_bytes=1 << 16, checkpoint_interval=interval)
+    model = {f"b{i:04d}": _record(f"b{i:04d}") for i in range(2000)}
+    store.append(list(model.values()))
+    for commit in range(70):  # (past two checkpoints)
+        if commit % 2:
+            changed = [_record(f"b{(commit * 37 + i) % 2000:04d}", commit) for i in range(5)]
+            store.upsert(changed)
+        else:
+            changed = [_record(f"c{commit:03d}-{i}") for i in range(5)]
+            store.append(changed)
+        model.update((record["id"], record) for record in changed)
+        since = store.version.number % interval or interval
+        runs = store.version.key_runs
+        assert len(runs) <= 2 + math.ceil(math.log2(since)), (store.version.number, runs)
+        assert all(run.size <= keyruns_reading.WHOLE_RUN for run in runs if run.entries < len(model))
+    fresh = litstore.open(store.root)
+    keys = sorted(model)
+    assert fresh.get_many(keys) == [model[key] for key in keys]
