@@ -42,6 +42,8 @@ ABSENT, LIVE, DELETED = 0, 1, 2
 #: Up to this many pages missing at once are read rather than sliced from a local run's mapping.
 _READ_PAGES = 256
 _CACHED_PAGES = 4096
+#: A filter's blocks are read as one range when at least one in this many of the range is wanted.
+_DENSE = 16
 #: Filter blocks kept in memory per run (4 MiB of 64-byte blocks).
 _CACHED_BLOCKS = 1 << 16
 #: A run of at most this many bytes (about 10,000 entries) is read whole when it is opened.
@@ -171,8 +173,10 @@ class RunReader:
         missing = [number for number in numbers.tolist() if number not in taken]
         if missing:
             start, size = tail.filter_start, keyfilter.BLOCK
-            if len(missing) > _READ_PAGES:  # many: one read from the first to the last (verify reads them all)
-                low, high = missing[0], missing[-1] + 1
+            low, high = missing[0], missing[-1] + 1
+            # Many and dense (a large append's check): one read from the first to the last. Sparse (10,000
+            # lookups in a run of 100M entries, whose filter is 120 MB): each block on its own.
+            if len(missing) > _READ_PAGES and high - low <= _DENSE * len(missing):
                 span = self._read([(start + low * size, start + high * size)])[0]
                 data = [span[(n - low) * size : (n - low + 1) * size] for n in missing]
             else:
