@@ -156,16 +156,17 @@ class Store:
                 live records).
             storage_options: for ``s3://`` roots, keyword arguments of boto3's S3
                 client (``endpoint_url``, credentials, ...), also used for streaming.
-            format_version: the store's data format: 5 by default, where each commit
+            format_version: the store's data format: 6 by default, where each commit
                 also writes a key run (the key index on disk, with a key filter) and
                 each chunk a hashes sidecar, so a lookup, ``get_many``, ``in``, an
                 append's key check, a near ``diff``, ``items()`` or ``dataset()`` in a
                 fresh process reads what its answer needs instead of composing the
-                manifest, and upserts and deletes mark rows dead in deletion vectors.
-                4 writes runs without key filters, 3 copies chunks on change instead,
-                2 writes no key index: each for litstore releases that know only that
-                format, which refuse a newer store by its config (:meth:`upgrade`
-                moves a store to 5).
+                manifest, upserts and deletes mark rows dead in deletion vectors, and
+                commit records list chunks and deletion vectors by delta. 5 lists them
+                in full in every commit, 4 writes runs without key filters, 3 copies
+                chunks on change instead, 2 writes no key index: each for litstore
+                releases that know only that format, which refuse a newer store by its
+                config (:meth:`upgrade` moves a store to 6).
 
         Raises:
             StoreExistsError: ``root`` already holds a store, or other files.
@@ -710,13 +711,14 @@ class Store:
         metadata: dict[str, Any] | None = None,
         progress: bool = False,
     ) -> Version:
-        """Move the store to format 5: its key index on disk with key filters, and deletion vectors for upserts
-        and deletes.
+        """Move the store to format 6 (a format-5 store is switched, nothing rewritten): its key index on disk
+        with key filters, deletion vectors for upserts and deletes, and commit records that list chunks and
+        deletion vectors by delta.
 
         On a format-1 or 2 store, first commits a version with the newest version's
         records, chunks and fingerprint (a ``diff`` of the two is empty) whose commit
         record lists one key run of every record; then switches ``litstore.json`` to
-        format 5. From then on every commit writes a key run with its key filter, so a
+        format 6. From then on every commit writes a key run with its key filter, so a
         lookup, ``get_many``, ``in`` or an append's key check in a fresh process reads a
         few blocks and pages of the index instead of composing the manifest, and an
         upsert or delete marks the rows it supersedes dead instead of copying the live
@@ -726,13 +728,13 @@ class Store:
         commit: they rebase onto it. Safe to stop at any point and run again (see
         :mod:`litstore.txn.upgrade`).
 
-        On a format-5 store whose newest version's runs all open, nothing is committed
+        On a format-5 or 6 store whose newest version's runs all open, nothing is committed
         and the head is returned as it is, unless ``rebuild`` (write the index again
         from the manifest, as when a lookup reported a damaged key run); a version is
         also committed if the runs are missing or cut short. Builds the index in the
         memory of the newest version's manifest plus 48 bytes a record; ``progress``
         shows a bar while it hashes the keys. Once upgraded, litstore releases before
-        format 5 refuse the store.
+        format 6 refuse the store.
 
         Raises:
             ConflictError: other writers kept committing first; nothing was committed.
