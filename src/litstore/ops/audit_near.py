@@ -31,7 +31,6 @@ from __future__ import annotations
 import array
 import io
 import itertools
-import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -40,6 +39,7 @@ import numpy as np
 
 from litstore.errors import MissingDependencyError
 from litstore.format.stored_media import Media, image_kind
+from litstore.ops.audit_rows import Spill
 
 #: MinHash permutations (a signature is this many uint32).
 PERMUTATIONS = 64
@@ -49,8 +49,6 @@ SHINGLE = 5
 MAX_TEXT_BYTES = 1 << 16
 #: Places apart in a band's sorted order within which candidates are compared.
 NEIGHBOURS = 32
-#: Bytes of signatures buffered before they are written to the signature file.
-_FLUSH = 4 << 20
 #: Rows hashed, and candidate pairs scored, per block (bounded memory on any number of records).
 _BLOCK = 1 << 18
 
@@ -164,35 +162,19 @@ class _Signatures:
     """MinHash signatures appended to a temporary file, read back as one ``n x PERMUTATIONS`` memory map."""
 
     def __init__(self) -> None:
-        self._pending = bytearray()
-        self._file: Any = None
-        self._written = 0
+        self._spill = Spill("litstore-audit-minhash-")
 
     def add(self, signature: bytes) -> None:
-        self._pending += signature
-        if len(self._pending) >= _FLUSH:
-            self._flush()
+        self._spill.add(signature)
 
     def array(self) -> np.ndarray:
-        self._flush()
-        count = self._written // (4 * PERMUTATIONS)
-        mapped: np.ndarray = np.memmap(self._file, dtype=np.uint32, mode="r", shape=(count, PERMUTATIONS))
+        self._spill.flush()
+        count = self._spill.written // (4 * PERMUTATIONS)
+        mapped: np.ndarray = np.memmap(self._spill.file, dtype=np.uint32, mode="r", shape=(count, PERMUTATIONS))
         return mapped
 
     def close(self) -> None:
-        if self._file is not None:
-            self._file.close()
-            self._file = None
-
-    def _flush(self) -> None:
-        if not self._pending:
-            return
-        if self._file is None:
-            self._file = tempfile.TemporaryFile(prefix="litstore-audit-minhash-")
-        self._file.write(self._pending)
-        self._file.flush()
-        self._written += len(self._pending)
-        self._pending = bytearray()
+        self._spill.close()
 
 
 def band_hash(part: np.ndarray) -> np.ndarray:

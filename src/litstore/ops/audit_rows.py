@@ -23,15 +23,44 @@ import numpy as np
 _FLUSH = 1 << 20
 
 
+class Spill:
+    """Bytes appended to a temporary file (made on the first flush), buffered :data:`_FLUSH` at a time."""
+
+    def __init__(self, prefix: str) -> None:
+        self._prefix = prefix
+        self._pending = bytearray()
+        self.written = 0  # bytes added, flushed or not
+        self.file: Any = None
+
+    def add(self, data: bytes) -> None:
+        self._pending += data
+        self.written += len(data)
+        if len(self._pending) >= _FLUSH:
+            self.flush()
+
+    def flush(self) -> None:
+        """Write what is buffered: the file then holds every byte added."""
+        if not self._pending:
+            return
+        if self.file is None:
+            self.file = tempfile.TemporaryFile(prefix=self._prefix)
+        self.file.write(self._pending)
+        self.file.flush()
+        self._pending = bytearray()
+
+    def close(self) -> None:
+        if self.file is not None:
+            self.file.close()
+            self.file = None
+
+
 class KeyColumn:
     """Each row's key: ``int`` keys in memory (8 bytes each), ``str`` keys in a temporary file (8 bytes each here)."""
 
     def __init__(self, key_type: Literal["str", "int"]) -> None:
         self._ints: array.array[int] | None = array.array("q") if key_type == "int" else None
         self._ends = array.array("Q")
-        self._pending = bytearray()
-        self._written = 0
-        self._file: Any = None  # a TemporaryFile, made on the first str key
+        self._spill = Spill("litstore-audit-keys-")
 
     def __len__(self) -> int:
         return len(self._ints) if self._ints is not None else len(self._ends)
@@ -40,41 +69,27 @@ class KeyColumn:
         if self._ints is not None:
             self._ints.append(key)
             return
-        self._pending += key.encode("utf-8", "surrogatepass")
-        self._ends.append(self._written + len(self._pending))
-        if len(self._pending) >= _FLUSH:
-            self._flush()
+        self._spill.add(key.encode("utf-8", "surrogatepass"))
+        self._ends.append(self._spill.written)
 
     def take(self, rows: np.ndarray) -> list[Any]:
         """The keys of ``rows``, in that order."""
         if self._ints is not None:
             ints = np.frombuffer(self._ints, dtype=np.int64)
             return [int(key) for key in ints[rows]]
-        self._flush()
-        if not len(rows) or not self._written:
+        self._spill.flush()
+        if not len(rows) or not self._spill.written:
             return ["" for _ in rows]
         ends = np.frombuffer(self._ends, dtype=np.uint64).astype(np.int64)
         starts = np.concatenate([np.zeros(1, np.int64), ends[:-1]])
-        with mmap.mmap(self._file.fileno(), self._written, access=mmap.ACCESS_READ) as mapped:
+        with mmap.mmap(self._spill.file.fileno(), self._spill.written, access=mmap.ACCESS_READ) as mapped:
             return [
                 mapped[start:end].decode("utf-8", "surrogatepass")
                 for start, end in zip(starts[rows].tolist(), ends[rows].tolist(), strict=True)
             ]
 
     def close(self) -> None:
-        if self._file is not None:
-            self._file.close()
-            self._file = None
-
-    def _flush(self) -> None:
-        if not self._pending:
-            return
-        if self._file is None:
-            self._file = tempfile.TemporaryFile(prefix="litstore-audit-keys-")
-        self._file.write(self._pending)
-        self._file.flush()
-        self._written += len(self._pending)
-        self._pending = bytearray()
+        self._spill.close()
 
 
 class AuditedRows:
