@@ -54,13 +54,19 @@ def stored_item_offsets(chunk: Buffer, name: str) -> np.ndarray:
         IntegrityError: the header is cut short or the offsets do not fit the chunk.
     """
     size = len(chunk)
-    header = header_size(chunk, name)
-    if header > size:
-        raise IntegrityError(f"chunk {name} claims {header // 4 - 2} items but is only {size} bytes long")
+    _fitting_header_size(chunk, name)
     offsets = stored_header_offsets(chunk, name)
     if offsets[-1] != size:
         raise IntegrityError(f"chunk {name} has item offsets that do not fit its {size} bytes")
     return offsets
+
+
+def _fitting_header_size(chunk: Buffer, name: str) -> int:
+    """:func:`header_size` of a whole chunk, checked to fit inside it."""
+    header = header_size(chunk, name)
+    if header > len(chunk):
+        raise IntegrityError(f"chunk {name} claims {header // 4 - 2} items but is only {len(chunk)} bytes long")
+    return header
 
 
 def unchecked_item_offsets(chunk: Buffer, name: str) -> np.ndarray:
@@ -73,12 +79,9 @@ def unchecked_item_offsets(chunk: Buffer, name: str) -> np.ndarray:
     Raises:
         IntegrityError: the header is cut short or its ends do not fit the chunk.
     """
-    size = len(chunk)
-    header = header_size(chunk, name)
-    if header > size:
-        raise IntegrityError(f"chunk {name} claims {header // 4 - 2} items but is only {size} bytes long")
+    header = _fitting_header_size(chunk, name)
     offsets = np.frombuffer(chunk, _U32, count=header // 4 - 1, offset=4)
-    if offsets[0] != header or offsets[-1] != size:
+    if offsets[0] != header or offsets[-1] != len(chunk):
         raise IntegrityError(f"chunk {name} has a damaged header")
     return offsets
 
