@@ -15,10 +15,8 @@ import hashlib
 import hmac
 import itertools
 import shutil
-import socket
 import subprocess
 import tempfile
-import time
 import urllib.request
 from collections.abc import Iterator
 from email.utils import formatdate
@@ -26,6 +24,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.loopback import free_port, wait_listening
 
 ACCOUNT = "devstoreaccount1"
 #: Azurite's published development key (not a secret).
@@ -44,22 +44,12 @@ def azurite_options() -> Iterator[dict[str, Any]]:
     command = _command()
     if command is None:
         pytest.skip("azurite-blob is not installed (.ci/run installs it: npm install --prefix .azurite azurite)")
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     data = tempfile.mkdtemp(prefix="litstore-azurite-")
     arguments = ["--blobHost", "127.0.0.1", "--blobPort", str(port), "--location", data, "--silent"]
     server = subprocess.Popen([command, *arguments, "--skipApiVersionCheck"], stdout=subprocess.DEVNULL)
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                if server.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"Azurite did not start on port {port}") from None
-                time.sleep(0.2)
+        wait_listening(server, port, "Azurite", 60)
         yield {
             "account_name": ACCOUNT,
             "access_key": KEY,

