@@ -11,6 +11,7 @@ import hashlib
 import json
 import os
 import shutil
+import tracemalloc
 from collections.abc import Callable, Iterable
 from itertools import islice
 from pathlib import Path
@@ -317,3 +318,22 @@ def test_an_index_listing_a_count_no_chunk_can_hold_is_refused(tmp_path: Path, i
         list(fresh.items())
     with pytest.raises(IntegrityError, match="which no litdata chunk can be"):
         fresh.dataset()
+
+
+def test_offsets_that_claim_gigabytes_are_refused_before_anything_is_read(store: litstore.Store) -> None:
+    """A lookup reads its items by their header offsets, and allocates what it reads first: offsets saying an item
+    spans past the chunk's file are an IntegrityError, never an allocation of what they claim."""
+    chunk = _set_offset(store, "k037", lambda offset, previous: 2**32 - 1)
+    reopened = litstore.open(store.root)
+    reopened.head().get_many(["k000"])  # imports and caches before memory is traced
+    tracemalloc.start()
+    try:
+        with pytest.raises(IntegrityError) as error:
+            reopened["k037"]
+        with pytest.raises(IntegrityError):
+            reopened.head().get_many(["k037"] * 3)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    _names(error, chunk, "ends past the chunk's end")
+    assert peak < 2**24, f"{peak:,} bytes allocated for offsets claiming 4 GiB"

@@ -12,6 +12,7 @@ and decoding them is :mod:`litstore.read.checked`'s. A chunk file that is gone r
 from __future__ import annotations
 
 import mmap
+import os
 from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 
@@ -175,10 +176,26 @@ class ChunkCache:
         starts, ends = bounds[:, 0] + header, bounds[:, 1]
         if (bounds[:, 0] < first).any() or (ends < starts).any():
             raise IntegrityError(f"chunk {name} has a damaged header")
-        payloads = self._storage.read_ranges(name, list(zip(starts.tolist(), ends.tolist(), strict=True)))
-        if any(len(payload) != end - start for payload, start, end in zip(payloads, starts, ends, strict=True)):
+        # What is read is allocated first: the distinct rows' items, which in a sound chunk do not overlap, must
+        # fit in the file, so damaged offsets cannot make this read gigabytes.
+        _, picked, back = np.unique(rows, return_index=True, return_inverse=True)
+        size = self._size(name)
+        if (ends > size).any() or int((ends[picked] - starts[picked]).sum()) > size:
             raise IntegrityError(f"chunk {name} has a damaged header (an item ends past the chunk's end)")
-        return [memoryview(payload) for payload in payloads]
+        spans = list(zip(starts[picked].tolist(), ends[picked].tolist(), strict=True))
+        payloads = self._storage.read_ranges(name, spans)
+        if any(len(payload) != end - start for payload, (start, end) in zip(payloads, spans, strict=True)):
+            raise IntegrityError(f"chunk {name} has a damaged header (an item ends past the chunk's end)")
+        return [memoryview(payloads[position]) for position in back.tolist()]
+
+    def _size(self, name: str) -> int:
+        """The byte size of local chunk ``name`` (its link, never followed: reads refuse links)."""
+        path = self._storage.local_path(name)
+        assert path is not None  # only local chunks are read by rows
+        try:
+            return os.lstat(path).st_size
+        except FileNotFoundError as exc:
+            raise IntegrityError(f"chunk {name}, committed in this version, is missing from the store") from exc
 
     def items(self, name: str, rows: np.ndarray) -> pa.LargeBinaryArray:
         """Items ``rows`` of chunk ``name`` as the chunk holds them (each payload after its 4-byte size), in order.
