@@ -27,7 +27,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from litstore.errors import InvalidArgumentError, MissingFileError, UnsupportedValueError, describe
+from litstore.errors import IntegrityError, InvalidArgumentError, MissingFileError, UnsupportedValueError, describe
 from litstore.format import codec, hashing, layout
 from litstore.format import manifest as manifest_format
 from litstore.format.manifest import ChangeKind
@@ -87,7 +87,7 @@ class Diff:
         old, new = old_view.version, new_view.version
         rows = touched_rows(old_view.storage, old_view.config, old, new, views=(old_view, new_view))
         if rows is None:
-            return cls.between(old.number, new.number, old_view.manifest(), new_view.manifest())
+            return cls.between(old.number, new.number, _summed(old_view), _summed(new_view))
         return cls.between(old.number, new.number, *rows)
 
     @classmethod
@@ -443,6 +443,22 @@ def _counts_agree(low: Version, high: Version, low_rows: pa.Table, high_rows: pa
         high.counts.get(split, 0) - low.counts.get(split, 0) == high_counts.get(split, 0) - low_counts.get(split, 0)
         for split in splits
     )
+
+
+def _summed(view: VersionReader) -> pa.Table:
+    """``view``'s manifest, checked to add up to its version's fingerprint (a diff compares its content hashes).
+
+    Raises:
+        IntegrityError: it does not: a manifest file of the version was edited after its commit.
+    """
+    manifest = view.manifest()
+    summed = _fingerprint(manifest)
+    if summed is None or hashing.fingerprint_hex(summed) != view.version.fingerprint:
+        raise IntegrityError(
+            f"the manifest of version {view.version.number} does not add up to its fingerprint "
+            f"{view.version.fingerprint}: a manifest file is damaged; store.verify() lists what is wrong"
+        )
+    return manifest
 
 
 def _fingerprint(rows: pa.Table) -> int | None:
