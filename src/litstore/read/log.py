@@ -247,7 +247,24 @@ def checkpoint_of(version: Version, manifest_names: set[str]) -> str | None:
 
 def manifest_chain(storage: Storage, version: Version, checkpoints: set[str]) -> tuple[list[str], str | None]:
     """The files ``version``'s manifest is composed of: its deltas, newest first, down to the newest
-    checkpoint at or below it (``None``: none; ``checkpoints`` are the names in the manifests directory)."""
+    checkpoint at or below it (``None``: none; ``checkpoints`` are the names in the manifests directory).
+
+    gc writes a checkpoint for each version it keeps whose chain passes through one it expires,
+    and only then tombstones: a walk that meets a tombstone below a version was racing that gc
+    (its ``checkpoints`` were listed before the checkpoint was written), so it lists them again
+    and walks once more.
+
+    Raises:
+        VersionNotFoundError: ``version`` itself was expired.
+    """
+    try:
+        return _walk_chain(storage, version, checkpoints)
+    except VersionNotFoundError:
+        read_version(storage, version.number)  # (raises if the version itself is gone)
+        return _walk_chain(storage, version, set(storage.names(layout.MANIFESTS)))
+
+
+def _walk_chain(storage: Storage, version: Version, checkpoints: set[str]) -> tuple[list[str], str | None]:
     deltas: list[str] = []
     current = version
     while current.number > 0:

@@ -23,9 +23,9 @@ import pyarrow.compute as pc
 from litstore.format import layout
 from litstore.format import manifest as manifest_format
 from litstore.format.manifest import ChangeKind
-from litstore.format.models import StoreConfig, declared_fields
+from litstore.format.models import StoreConfig, Version, declared_fields
 from litstore.read import log
-from litstore.storage import Storage
+from litstore.storage import MissingFileError, Storage
 
 #: Marks the rows of a table (``key``, ``key_hash``) whose keys newer deltas mention.
 Superseded: TypeAlias = Callable[[pa.Table], np.ndarray]
@@ -72,6 +72,16 @@ def compose_manifest(storage: Storage, config: StoreConfig, number: int) -> pa.T
     if number <= 0:
         return manifest_format.empty(config.key_type, config.fields)
     version = log.read_version(storage, number)
+    try:
+        return _compose_version(storage, config, version)
+    except MissingFileError:
+        # gc removed a delta of the chain after it was walked, having first checkpointed the
+        # version if it keeps it: walk again (or learn that the version itself is gone).
+        log.read_version(storage, number)
+        return _compose_version(storage, config, version)
+
+
+def _compose_version(storage: Storage, config: StoreConfig, version: Version) -> pa.Table:
     # The declared fields of the target version: every file of its chain has them, because
     # add_fields writes a checkpoint, where the chain of every later version stops.
     fields = declared_fields(config, version)
