@@ -55,13 +55,15 @@ def read_listing(storage: Storage, version: Version, parent: VersionListing | No
     deltas: list[Version] = []
     current = version
     base: VersionListing | None = None
+    records = log.records_below(storage, version.number)
     while current.listed_by_delta:
         if current is version and parent is not None:
             base = parent
             deltas.append(current)
             break
+        below: Version | ExpiredVersion | None
         try:
-            below = log.read_record(storage, current.number - 1)
+            below = next(records, None)
         except VersionNotFoundError:
             below = None
         if below is None or isinstance(below, ExpiredVersion):  # gc cut the chain here, after writing a listing

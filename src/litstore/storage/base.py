@@ -102,6 +102,10 @@ class Storage(ABC):
     #: The keyword arguments the backend was opened with (S3: boto3 client options);
     #: litdata's streaming gets the same dictionary.
     options: Mapping[str, Any] = {}
+    #: Reads worth having in flight at once when a caller knows several small files it will
+    #: read (commit records down a chain): 1 where a read costs microseconds (local, memory),
+    #: more where each is a network round trip.
+    concurrent_reads: int = 1
 
     @property
     @abstractmethod

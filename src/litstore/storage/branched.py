@@ -111,6 +111,7 @@ class BranchStorage(Storage):
         self.branch = name
         self.chain = lineage(root, name)
         self.options = root.options
+        self.concurrent_reads = root.concurrent_reads
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (BranchStorage, (self.root, self.branch))
