@@ -51,7 +51,8 @@ from hypothesis.stateful import (
 from litdata import StreamingDataLoader
 
 import litstore
-from litstore.format import codec, hashing
+from litstore.format import codec, hashing, layout
+from litstore.read.listings import read_listing
 from tests.conftest import empty_memory_store
 
 Record = dict[str, Any]
@@ -396,6 +397,15 @@ class HistoryMachine(RuleBasedStateMachine):
             handle.refresh()
         for number in sorted(kept):  # what gc left is all they need
             check_version(self.pinned[number], self.models[number], number, self.readers & {"items"}, None)
+        # ... and no more: every chunk an expired version listed that no kept one lists is gone.
+        listed = {
+            chunk.filename
+            for number in kept
+            for each in read_listing(store.storage, store.at(number).version).chunks.values()
+            for chunk in each
+        }
+        stored = {found.path for found in store.storage.walk(layout.FRAGMENTS) if layout.is_chunk(found.path)}
+        assert stored == listed
 
     @rule(data=st.data())
     def read_a_kept_version(self, data: st.DataObject) -> None:

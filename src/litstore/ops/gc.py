@@ -55,7 +55,7 @@ Concurrency:
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
@@ -142,17 +142,9 @@ def choose_kept(
     return kept & set(numbers)
 
 
-def referenced_files(
-    storage: Storage, version: Version, chunks: bool = True, listing: VersionListing | None = None
-) -> set[str]:
-    """Every file ``version`` needs: its record, indexes, listing, manifest files, key runs, deletion vectors and
-    (``chunks``, read from its indexes) chunks and their hashes sidecars.
-
-    ``listing`` is the version's listing if the caller composed it; a version listed by delta
-    (format 6) has it composed here otherwise (the vectors it carries are named in earlier records).
-    """
-    if listing is None and version.listed_by_delta:
-        listing = read_listing(storage, version)
+def _metadata_files(version: Version) -> set[str]:
+    """The files of ``version`` besides chunks and deletion vectors: its record, indexes, listing, manifest
+    files and key runs."""
     files = {layout.version_record(version.number), *version.indexes.values()}
     if version.manifest:
         files.add(version.manifest)
@@ -162,11 +154,6 @@ def referenced_files(
     if version.checkpoint:
         files.add(version.checkpoint)
     files.update(run.path for run in version.key_runs)
-    files.update(ref.path for ref in (version.deletions if listing is None else listing.deletions))
-    if chunks:
-        for listed in (log.read_chunks(storage, version) if listing is None else listing.chunks).values():
-            files.update(chunk.filename for chunk in listed)
-            files.update(layout.chunk_hashes(chunk.filename) for chunk in listed)  # where written (format 3)
     return files
 
 
@@ -209,11 +196,10 @@ def collect(
         found.modified < cutoff and layout.is_chunk(found.path) and layout.is_own_file(found.path)
         for found in fragment_files
     )
-    composed = _listings(storage, versions)
-    references = {
-        version.number: referenced_files(storage, version, chunks_matter, composed.get(version.number))
-        for version in versions
-    }
+    # Every file each version needs, summed into what kept versions need and what only
+    # expiring ones do; read (and checked) before anything is written.
+    needed, expired_files = _references(storage, versions, kept, chunks_matter)
+    kept_when_read = set(kept)
     elsewhere = _other_lines_need(storage, foreign, chunks_matter)
     written: list[int] = []
     marked: list[int] = []
@@ -224,12 +210,14 @@ def collect(
                     if version.number not in written:
                         _write_checkpoint(storage, config, version)
                         written.append(version.number)
-                for version in _needing_listings(storage, versions, kept):
-                    assert version.transaction is not None  # (listed by delta)
-                    storage.write(
-                        layout.listing(version.number, version.transaction),
-                        as_listing(version.number, composed[version.number]).model_dump_json().encode(),
-                    )
+                needing = {version.number for version in _needing_listings(storage, versions, kept)}
+                for version, composed in _in_order(storage, versions) if needing else ():
+                    if version.number in needing and composed is not None:
+                        assert version.transaction is not None  # (listed by delta)
+                        storage.write(
+                            layout.listing(version.number, version.transaction),
+                            as_listing(version.number, composed).model_dump_json().encode(),
+                        )
                 expiring = [version.number for version in versions if version.number not in kept]
                 for number in expiring:
                     if number not in marked:
@@ -240,10 +228,9 @@ def collect(
                     break
                 kept |= tagged_now
         expired = [version for version in versions if version.number not in kept]
-        needed: set[str] = {layout.CONFIG, *elsewhere}
-        expired_files: set[str] = set()
-        for version in versions:
-            (needed if version.number in kept else expired_files).update(references[version.number])
+        if kept != kept_when_read:  # (tags or branches made while gc ran)
+            needed, expired_files = _references(storage, versions, kept, chunks_matter)
+        needed |= {layout.CONFIG, *elsewhere}
         doomed: list[tuple[str, int]] = []
         by_fragment: dict[str, list[FileInfo]] = {}
         for found in fragment_files:
@@ -302,10 +289,7 @@ def _other_lines_need(storage: Storage, foreign: list[Version], chunks: bool) ->
     here, so nothing a branch reads is removed by a gc of another line. Each line's
     listings are composed in order (format 6), a record applied once, as gc's own line's.
     """
-    files: set[str] = set()
-    composed = _listings(storage, foreign)
-    for version in foreign:
-        files |= referenced_files(storage, version, chunks, composed.get(version.number))
+    files, _ = _references(storage, foreign, {version.number for version in foreign}, chunks)
     for line in branched.other_lines(storage):
         records = [
             record
@@ -314,9 +298,8 @@ def _other_lines_need(storage: Storage, foreign: list[Version], chunks: bool) ->
             )
             if isinstance(record, Version)
         ]
-        composed = _listings(line, records)
-        for record in records:
-            files |= referenced_files(line, record, chunks, composed.get(record.number))
+        needed, _ = _references(line, records, {record.number for record in records}, chunks)
+        files |= needed
     return files
 
 
@@ -392,16 +375,55 @@ def _write_checkpoint(storage: Storage, config: StoreConfig, version: Version) -
     )
 
 
-def _listings(storage: Storage, versions: list[Version]) -> dict[int, VersionListing]:
-    """The listing of every version listed by delta (and of each version such a one is built on), composed
-    in order so that each record is applied to its parent's listing once."""
+def _references(storage: Storage, versions: list[Version], kept: set[int], chunks: bool) -> tuple[set[str], set[str]]:
+    """The files the ``kept`` of ``versions`` need, and those only the others do: each version's
+    :func:`_metadata_files`, deletion vectors and (``chunks``, read from its listing) chunks and their hashes
+    sidecars.
+
+    Walked in order, a version listed by delta adds only what its record adds when its
+    predecessor is on the same side (kept or not): the rest its predecessor already added.
+    So the cost is the files and the records, not versions times chunks (a long history
+    of a store of many chunks: 400 versions of 2,400 chunks took 2.8 s and 269 MiB when
+    every version's chunks were summed).
+    """
+    needed: set[str] = set()
+    others: set[str] = set()
+    chunk_names: tuple[set[str], set[str]] = (set(), set())
+    previous: tuple[int, bool] | None = None  # the version walked before, if its listing was composed: its side
+    for version, listing in _in_order(storage, versions):
+        side = version.number in kept
+        files, names = needed if side else others, chunk_names[0 if side else 1]
+        files.update(_metadata_files(version))
+        if listing is not None and version.listed_by_delta and previous == (version.number - 1, side):
+            files.update(ref.path for ref in version.deletions)
+            if chunks:
+                names.update(chunk.chunk for added in version.added_chunks.values() for chunk in added)
+        else:
+            files.update(ref.path for ref in (version.deletions if listing is None else listing.deletions))
+            if chunks:
+                listed = log.read_chunks(storage, version) if listing is None else listing.chunks
+                names.update(chunk.filename for each in listed.values() for chunk in each)
+        previous = (version.number, side) if listing is not None else None
+    for files, names in zip((needed, others), chunk_names, strict=True):
+        files.update(names)
+        files.update(layout.chunk_hashes(name) for name in names)  # where written (format 3)
+    return needed, others - needed
+
+
+def _in_order(storage: Storage, versions: list[Version]) -> Iterator[tuple[Version, VersionListing | None]]:
+    """Each of ``versions`` (ascending) with its listing where it or the next is listed by delta (else
+    ``None``), composed in order so that each record is applied to its parent's listing once; one
+    listing is held at a time."""
     by_number = {version.number: version for version in versions}
-    composed: dict[int, VersionListing] = {}
+    previous: VersionListing | None = None
     for version in versions:
         after = by_number.get(version.number + 1)
+        listing = None
         if version.listed_by_delta or (after is not None and after.listed_by_delta):
-            composed[version.number] = read_listing(storage, version, composed.get(version.number - 1))
-    return composed
+            parent = previous if by_number.get(version.number - 1) is not None else None
+            listing = read_listing(storage, version, parent)
+        yield version, listing
+        previous = listing
 
 
 def _needing_listings(storage: Storage, versions: list[Version], kept: set[int]) -> list[Version]:
