@@ -290,6 +290,16 @@ def confirm_commit(storage: Storage, number: int) -> None:
         storage.confirm_commit(number)
 
 
+def base_lines(storage: Storage) -> list[tuple[str, Storage, int]]:
+    """``(line, view, newest)`` for each line a branch view's history runs through below its own, nearest first:
+    its versions up to ``newest`` are the view's too (``[]`` for main's line)."""
+    if not isinstance(storage, BranchStorage):
+        return []
+    chain = storage.chain
+    bases = [name for name, _ in chain[1:]] + [MAIN_BRANCH]
+    return [(base, open_branch(storage.root, base), start) for base, (_, start) in zip(bases, chain, strict=True)]
+
+
 def branch_of(storage: Storage) -> str:
     """The branch ``storage`` is a view of (``main`` for a plain backend)."""
     return storage.branch if isinstance(storage, BranchStorage) else MAIN_BRANCH
