@@ -31,6 +31,7 @@ from litstore.errors import (
     ConflictError,
     InvalidArgumentError,
     MergeConflictError,
+    MissingFileError,
     UncertainCommitError,
     VersionNotFoundError,
     describe,
@@ -72,7 +73,7 @@ class BranchOwner(Protocol):
 
 class Branches(Mapping[str, Branch]):
     """The store's branches: a read-only mapping of name to :class:`~litstore.format.models.Branch`, plus
-    :meth:`create`. ``main`` (the store's own line) is no entry."""
+    :meth:`create` and :meth:`delete`. ``main`` (the store's own line) is no entry."""
 
     def __init__(self, store: BranchOwner) -> None:
         self._store = store
@@ -115,6 +116,12 @@ class Branches(Mapping[str, Branch]):
         line = storage.line_of(number) if isinstance(storage, branched.BranchStorage) else MAIN_BRANCH
         base = branched.open_branch(root, line)
         log.read_version(base, number)
+        left = root.names(layout.branch_directory(name))
+        if left and not root.exists(layout.branch_record(name)):
+            raise InvalidArgumentError(
+                f"files of a deleted branch {name!r} are still there (a deletion was stopped, or a writer of the "
+                f"branch finished after it): run store.branches.delete({name!r}) to finish it, then create the branch"
+            )
         branch = Branch(name=name, base=line, from_version=number, created_at=datetime.now(UTC))
         if not root.put_if_absent(layout.branch_record(name), branch.model_dump_json(indent=1).encode()):
             current = branched.read_branch(root, name)
@@ -124,8 +131,74 @@ class Branches(Mapping[str, Branch]):
                 f"branch {name!r} already starts from version {current.from_version} of {current.base!r}; "
                 "a branch never moves: pick another name"
             )
+        if line != MAIN_BRANCH and not _unchanged(root, base):  # its base was deleted meanwhile
+            root.delete(layout.branch_record(name))
+            raise VersionNotFoundError(
+                f"there is no branch {line!r}: it was deleted while branch {name!r} was being made from it; "
+                f"branch {name!r} was not created"
+            )
         _outlive_gc(root, base, branch)
         return branch
+
+    def delete(self, name: str) -> None:
+        """Delete branch ``name``: its record, its own commit records, tags and split indexes.
+
+        The chunks and other data files only its versions listed stay until a gc no longer
+        finds them needed by any line (main's records are never touched). The branch
+        record goes first, so from then on no reader, writer or gc sees the branch; a
+        writer whose commit record lands after that is told so and its record removed
+        (:meth:`litstore.storage.branched.BranchStorage.confirm_commit`); one that landed
+        before goes with the branch. Safe to run again: a deletion that was stopped
+        part-way is finished.
+
+        Raises:
+            InvalidArgumentError: ``name`` is main, the branch this handle is on, or the base of other
+                branches (delete those first).
+            VersionNotFoundError: there is no branch ``name``.
+            ConflictError: a branch was made from this one while it was being deleted; it was not deleted.
+        """
+        root = branched.root_of(self._store.storage)
+        if name == MAIN_BRANCH:
+            raise InvalidArgumentError("main is the store's own line: it cannot be deleted")
+        if name == branched.branch_of(self._store.storage):
+            raise InvalidArgumentError(
+                f"this store handle is on branch {name!r}: delete it from a handle on another line "
+                "(litstore.open(root).branches.delete(...))"
+            )
+        path = layout.branch_record(name)
+        try:
+            record = root.read(path)
+        except MissingFileError:
+            if not root.names(layout.branch_directory(name)):
+                raise VersionNotFoundError(
+                    f"there is no branch {name!r}; branches: {branched.branch_names(root) or 'none'}"
+                ) from None
+            root.delete_tree(layout.branch_directory(name))  # what a stopped deletion left
+            return
+        _refuse_children(root, name)
+        root.delete(path)
+        try:
+            _refuse_children(root, name)  # one made meanwhile: put the record back (it never changes)
+        except InvalidArgumentError as exc:
+            root.put_if_absent(path, record)
+            raise ConflictError(f"{exc}; it was made while {name!r} was being deleted, which was undone") from None
+        root.delete_tree(layout.branch_directory(name))
+
+
+def _refuse_children(root: Storage, name: str) -> None:
+    children = [child for child in branched.branch_names(root) if branched.read_branch(root, child).base == name]
+    if children:
+        raise InvalidArgumentError(
+            f"branch {name!r} is the base of {describe(children, SHOWN_CULPRITS)}: delete those first"
+        )
+
+
+def _unchanged(root: Storage, view: Storage) -> bool:
+    """Whether the branch ``view`` sees is still the one it was opened on (not deleted, nor made again)."""
+    try:
+        return isinstance(view, branched.BranchStorage) and branched.read_branch(root, view.branch) == view.record
+    except VersionNotFoundError:
+        return False
 
 
 def _outlive_gc(root: Storage, base: Storage, branch: Branch) -> None:

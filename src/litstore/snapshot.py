@@ -555,7 +555,7 @@ class Snapshot:
             VersionNotFoundError: no such tag (an all-digit name says to pass the number as an int).
         """
         try:
-            return log.read_tag(self.storage, name).version
+            return log.find_tag(self.storage, name).version
         except VersionNotFoundError as exc:
             if name == "latest":
                 newest = log.head_number(self.storage)

@@ -27,9 +27,12 @@ as it reaches the chunk.
 The storage backend says how litdata reaches the store
 (:meth:`~litstore.storage.Storage.litdata_input`). A local store streams with the view
 directory as litdata's input directory, so litdata memory-maps the committed chunks
-in place through the symlink (no copy of chunk data). A remote (S3) store streams with
+in place through the symlink (no copy of chunk data). A remote store streams with
 the store URL as input directory, the view's index as ``index_path`` and the view's
-own ``cache/``. Either way the store root is
+own ``cache/``: an S3 store through litdata's S3 downloader, an ``az://`` or ``gs://``
+store through litstore's own backend (:mod:`litstore._litdata.downloader`; with
+DataLoader workers started by ``multiprocessing_context="spawn"``, as obstore does
+not survive a fork). Either way the store root is
 never written by readers (a shared, read-only store streams fine), and two versions
 never share an ``index.json`` or a cache: litdata copies a custom ``index_path`` into
 its input or cache directory, so versions sharing one would read each other's.
@@ -78,7 +81,13 @@ from litdata.utilities.env import _WorkerEnv
 
 from litstore import order as order_module
 from litstore import stream_state
-from litstore._litdata.downloader import allow_plain_http_s3, download_fault
+from litstore._litdata.downloader import (
+    STORAGE_PREFIX,
+    allow_plain_http_s3,
+    download_fault,
+    read_through_storage,
+    storage_input,
+)
 from litstore._litdata.index import ChunkInfo, index_document, parse_index_document
 from litstore._litdata.writer import ChunkWriter
 from litstore.errors import (
@@ -139,7 +148,7 @@ def open_dataset(
     """
     source = storage.litdata_input()
     if source is None:
-        raise LitstoreError(f"litdata cannot stream from {storage.url}: use a local or s3:// store")
+        raise LitstoreError(f"litdata cannot stream from {storage.url}: use a local, s3://, gs:// or az:// store")
     local = source.directory if isinstance(source, LocalInput) else None
     if local is not None:
         storage.local_path(layout.FRAGMENTS)  # the backend's checks: litdata follows no link the store holds
@@ -170,9 +179,13 @@ def open_dataset(
             **kwargs,
         )
     kwargs.setdefault("cache_dir", str(directory / "cache"))
-    kwargs.setdefault("storage_options", dict(source.storage_options))
+    if source.storage is not None:  # litdata downloads through litstore's backend (az://, gs://)
+        remote, kwargs["storage_options"] = storage_input(source.storage)
+    else:
+        remote = source.url
+        kwargs.setdefault("storage_options", dict(source.storage_options))
     return VersionDataset(
-        source.url,
+        remote,
         identity,
         plain_http=source.plain_http,
         endpoint=source.endpoint or source.url,
@@ -445,7 +458,7 @@ class VersionDataset(StreamingDataset):
 
     def __init__(
         self,
-        input_dir: str,
+        input_dir: Any,
         identity: dict[str, Any],
         plain_http: bool = False,
         *,
@@ -485,6 +498,8 @@ class VersionDataset(StreamingDataset):
         self._key_positions: dict[Any, int] | None = None
         if plain_http:
             allow_plain_http_s3()
+        # A stream downloading through litstore's backend (az://, gs://); its input is litdata's Dir.
+        self._through_storage = str(getattr(input_dir, "url", None) or "").startswith(STORAGE_PREFIX)
         transform = kwargs.pop("transform", None)
         self._transforms: list[Callable[[Any], Any]] = (
             [] if transform is None else list(transform) if isinstance(transform, list) else [transform]
@@ -540,10 +555,12 @@ class VersionDataset(StreamingDataset):
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         # A DataLoader worker started with "spawn" unpickles the dataset in a fresh
-        # interpreter: register the plain-http downloader there too.
+        # interpreter: register litstore's downloaders there too.
         self.__dict__.update(state)
         if state.get("_plain_http"):
             allow_plain_http_s3()
+        if state.get("_through_storage"):
+            read_through_storage()
 
     def __repr__(self) -> str:
         split = "all splits" if self.identity.get("split") is None else f"split {self.identity['split']!r}"

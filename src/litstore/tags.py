@@ -53,6 +53,12 @@ class Tags(Mapping[str, int]):
 
     ``store.tags["release-1"]``, ``dict(store.tags)``, ``store.tags.create(...)``,
     ``store.tags.delete(...)``. A tag never moves silently.
+
+    On a branch the mapping also holds the tags of the lines it starts from that name a
+    version of its history (as git's tags are seen from any branch, but numbers are
+    per line: a base's tag of a version after the branch left it is not the branch's
+    version of that number, so it is left out, and ``at(name)`` says where to read it).
+    ``create`` and ``delete`` change the branch's own tags; an own tag shadows a base's.
     """
 
     def __init__(self, store: TagOwner) -> None:
@@ -60,15 +66,15 @@ class Tags(Mapping[str, int]):
 
     def __getitem__(self, name: str) -> int:
         try:
-            return log.read_tag(self._store.storage, name).version
+            return log.find_tag(self._store.storage, name).version
         except VersionNotFoundError as exc:
             raise KeyError(name) from exc
 
     def __iter__(self) -> Iterator[str]:
-        return iter(sorted(log.tag_names(self._store.storage)))
+        return iter(sorted(log.visible_tags(self._store.storage)))
 
     def __len__(self) -> int:
-        return len(log.tag_names(self._store.storage))
+        return len(log.visible_tags(self._store.storage))
 
     def __repr__(self) -> str:
         return f"Tags({dict(self)!r})"
@@ -143,6 +149,15 @@ class Tags(Mapping[str, int]):
 
         Raises:
             VersionNotFoundError: there is no such tag.
+            TagError: the tag is one of a line this branch starts from (delete it on that line).
         """
-        log.read_tag(self._store.storage, name)
-        self._store.storage.delete(layout.tag(name))
+        storage = self._store.storage
+        try:
+            log.read_tag(storage, name)
+        except VersionNotFoundError:
+            log.find_tag(storage, name)  # raises if the name is no tag this line sees either
+            raise TagError(
+                f"tag {name!r} is a tag of a line this branch starts from, not the branch's own: delete it on that "
+                "line (store.at('branch:LINE').tags.delete(...))"
+            ) from None
+        storage.delete(layout.tag(name))

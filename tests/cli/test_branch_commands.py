@@ -1,4 +1,5 @@
-"""``litstore branch``, ``branches``, ``merge`` and ``restore``, run as the console script runs them.
+"""``litstore branch`` (and ``branch --delete``), ``branches``, ``merge`` and ``restore``, run as the console
+script runs them.
 
 A branch made on the command line is read and written as ``ROOT#branch=NAME`` by every
 command; a merge conflict exits 2 naming the keys, with nothing committed; ``restore``
@@ -36,3 +37,17 @@ def test_branch_merge_and_restore_from_the_command_line(tmp_path: Path) -> None:
     result = cli("merge", root, "relabel", code=2)
     assert "k0" in result.stderr and "nothing was committed" in result.stderr
     assert litstore.open(root)["k0"]["label"] == 8
+
+
+def test_branch_delete_from_the_command_line(tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    store = litstore.Store.create(root, key="id")
+    store.append([{"id": f"k{i}", "label": 0} for i in range(6)])
+    cli("branch", root, "relabel")
+    cli("update", f"{root}#branch=relabel", "k1", "--set", "label=1")
+    assert cli_json("branch", root, "relabel", "--delete") == {"deleted": "relabel"}
+    assert cli_json("branches", root) == []
+    assert "no branch 'relabel'" in cli("branch", root, "relabel", "-d", code=3).stderr
+    assert "main" in cli("branch", root, "main", "--delete", code=2).stderr
+    assert "--at" in cli("branch", root, "x", "--delete", "--at", "1", code=2).stderr
+    assert litstore.open(root)["k1"]["label"] == 0

@@ -4,7 +4,8 @@ fake-gcs-server does not take object_store's uploads (XML API ``PUT``), so a sto
 written locally and its files put into the bucket through the JSON API, as a copy
 with another tool would; every read then goes through litstore's gs:// backend:
 lookups by key, batches, a walk of every record, a verify, a diff, a tag. Network
-faults are :class:`StorageError` naming the endpoint, as on S3 and Azure.
+faults are :class:`StorageError` naming the endpoint, as on S3 and Azure. Streaming:
+``tests/streaming/test_object_stores.py``.
 """
 
 from __future__ import annotations
@@ -70,11 +71,3 @@ def test_network_faults_on_gcs_are_storage_errors_naming_the_endpoint(
 def test_a_gs_url_without_a_bucket_is_refused() -> None:
     with pytest.raises(StorageError, match="gs://"):
         litstore.open("gs:///prefix")
-
-
-def test_streaming_a_gcs_store_is_refused_with_what_to_do(
-    copied: tuple[str, litstore.Store], gcs_options: dict[str, Any]
-) -> None:
-    url, _ = copied
-    with pytest.raises(litstore.LitstoreError, match="gs://"):
-        litstore.open(url, storage_options=gcs_options).dataset()

@@ -65,11 +65,9 @@ class TestAzureStorageAtContainerRoot(StorageTests):
         )
 
 
-def test_an_azure_store_commits_looks_up_and_refuses_streaming(
-    azurite_options: dict[str, object], azure_container: str
-) -> None:
+def test_an_azure_store_commits_and_looks_up(azurite_options: dict[str, object], azure_container: str) -> None:
+    """Streaming it: ``tests/streaming/test_object_stores.py``."""
     import litstore
-    from litstore.errors import LitstoreError
 
     url = f"az://{azure_container}/store"
     store = litstore.Store.create(url, key="id", chunk_bytes=1024, storage_options=azurite_options)
@@ -77,8 +75,6 @@ def test_an_azure_store_commits_looks_up_and_refuses_streaming(
     reopened = litstore.open(url, storage_options=azurite_options)
     assert reopened["k07"]["n"] == 7
     assert reopened.verify().ok
-    with pytest.raises(LitstoreError, match="litdata cannot stream"):
-        reopened.dataset()
 
 
 def test_unknown_options_and_a_dead_endpoint_are_litstore_errors(azurite_options: dict[str, object]) -> None:

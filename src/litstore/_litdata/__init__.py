@@ -5,7 +5,7 @@
 - :mod:`.writer`: writing chunks with litdata's ``BinaryWriter``;
 - :mod:`.media`: litdata media values inside records (:mod:`.formats`: which are decoded);
 - :mod:`.folder`: reading a stranger's LitData-optimized folder without litdata's reader;
-- :mod:`.downloader`: plain-http S3 downloads for litdata's streaming.
+- :mod:`.downloader`: litdata's chunk downloads through a litstore backend (az://, gs://), and plain-http S3.
 
 Importing this package imports none of them; litdata (and with it torch) is imported
 only by the modules that need it, when first used. It installs the record codec's

@@ -612,14 +612,30 @@ def untag(
 @app.command()
 def branch(
     root: RootArg,
-    name: Annotated[str, typer.Argument(help="The new branch's name.", show_default=False)],
+    name: Annotated[str, typer.Argument(help="The branch's name.", show_default=False)],
     at: AtOpt = None,
+    delete: Annotated[
+        bool,
+        typer.Option(
+            "--delete", "-d", help="Delete the branch instead (its chunks go with the next gc that finds them unused)."
+        ),
+    ] = False,
     endpoint_url: EndpointOpt = None,
     storage_option: StorageOpts = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Start a branch from a version (default: the latest); read and write it as ROOT#branch=NAME."""
+    """Start a branch from a version (default: the latest); read and write it as ROOT#branch=NAME. With --delete,
+    delete it."""
     store = _open(root, endpoint_url, storage_option)
+    if delete:
+        if at is not None:
+            raise typer.BadParameter("--at names where a new branch starts: not with --delete")
+        store.branches.delete(name)
+        if as_json:
+            _print_json({"deleted": name})
+        else:
+            _say(f"deleted branch {name}")
+        return
     made = store.branches.create(name, None if at is None else version_ref(store, at))
     if as_json:
         _print_json({"name": made.name, "base": made.base, "from_version": made.from_version})

@@ -34,7 +34,7 @@ from litstore.format.models import (
     Version,
     check_tag_name,
 )
-from litstore.storage import MissingFileError, Storage
+from litstore.storage import MissingFileError, Storage, branched
 
 
 def version_numbers(storage: Storage) -> list[int]:
@@ -314,12 +314,52 @@ def _walk_chain(storage: Storage, version: Version, checkpoints: set[str]) -> tu
 
 
 def tag_names(storage: Storage) -> list[str]:
-    """The names of every tag."""
+    """The names of every tag of the line ``storage`` is (its own: :func:`visible_tags` also has its bases')."""
     return [name.removesuffix(".json") for name in storage.names(layout.TAGS) if name.endswith(".json")]
 
 
+def visible_tags(storage: Storage) -> dict[str, Tag]:
+    """Every tag a line sees: its own, and on a branch those of the lines it starts from that name a version of
+    its history (up to where it left each line); a nearer line's tag of a name shadows a farther one's."""
+    found: dict[str, Tag] = {}
+    for _, view, newest in reversed(branched.base_lines(storage)):
+        for name in tag_names(view):
+            tag = read_tag(view, name)
+            if tag.version <= newest:
+                found[name] = tag
+    found.update((name, read_tag(storage, name)) for name in tag_names(storage))
+    return found
+
+
+def find_tag(storage: Storage, name: str) -> Tag:
+    """Tag ``name`` as a line sees it: its own, else (on a branch) a tag of a line it starts from that names a
+    version of its history (:func:`visible_tags`).
+
+    Raises:
+        VersionNotFoundError: no such tag, or one of a base line naming a version this branch does not hold
+            (the message says how to read it).
+        IntegrityError: the tag file is damaged.
+    """
+    try:
+        return read_tag(storage, name)
+    except VersionNotFoundError as exc:
+        missing = exc
+    for line, view, newest in branched.base_lines(storage):
+        try:
+            tag = read_tag(view, name)
+        except VersionNotFoundError:
+            continue
+        if tag.version <= newest:
+            return tag
+        raise VersionNotFoundError(
+            f"tag {name!r} names version {tag.version} of {line!r}, which is not in this branch's history (it "
+            f"left {line!r} at version {newest}): read it with store.at('branch:{line}').at({name!r})"
+        )
+    raise missing
+
+
 def read_tag(storage: Storage, name: str) -> Tag:
-    """Tag ``name``.
+    """Tag ``name`` of the line ``storage`` is (its own tags only: :func:`find_tag` also sees its bases').
 
     Raises:
         VersionNotFoundError: there is no such tag (or the name is not a valid tag name).

@@ -18,7 +18,8 @@ save :meth:`Storage.overwrite`, for the head hint, which every reader checks.
 
 How litdata's ``StreamingDataset`` reaches a root is the backend's to say
 (:meth:`Storage.litdata_input`): it reads a local directory in place, downloads from a
-remote URL with the backend's options, or cannot reach the root at all.
+remote URL with the backend's options, downloads through the backend itself, or
+cannot reach the root at all.
 
 A new backend is one module with a subclass of :class:`Storage`, one entry in
 :data:`litstore.storage.BACKENDS`, and one test module subclassing
@@ -80,6 +81,10 @@ class RemoteInput(NamedTuple):
     plain_http: bool = False
     #: The service's endpoint, as errors name it (``""``: the client's default).
     endpoint: str = ""
+    #: The backend litdata's downloads go through, where litdata has no downloader of
+    #: its own for the service (``az://``, ``gs://``: see :mod:`litstore._litdata.downloader`);
+    #: ``None``: litdata downloads from ``url`` itself.
+    storage: Storage | None = None
 
 
 #: How litdata's streaming reaches a root (:meth:`Storage.litdata_input`).
@@ -189,7 +194,8 @@ class Storage(ABC):
         """How litdata's ``StreamingDataset`` reaches the root's files; ``None``: it cannot (by default).
 
         A :class:`LocalInput` directory is read in place (litdata memory-maps chunks); a
-        :class:`RemoteInput` URL is downloaded from, chunk by chunk, into a local cache.
+        :class:`RemoteInput` URL is downloaded from, chunk by chunk, into a local cache,
+        by litdata's downloader or, where it names one, through a litstore backend.
         With ``None``, ``dataset()`` raises.
         """
         return None

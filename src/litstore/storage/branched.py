@@ -36,7 +36,13 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 
 import pydantic
 
-from litstore.errors import IntegrityError, VersionNotFoundError, first_problem
+from litstore.errors import (
+    IntegrityError,
+    StorageError,
+    UncertainCommitError,
+    VersionNotFoundError,
+    first_problem,
+)
 from litstore.format import layout
 from litstore.format.models import MAIN_BRANCH, Branch, check_branch_name
 from litstore.storage.base import FileInfo, Storage
@@ -110,6 +116,7 @@ class BranchStorage(Storage):
         self.root = root
         self.branch = name
         self.chain = lineage(root, name)
+        self.record = read_branch(root, name)  # as opened: a commit checks the branch is still this one
         self.options = root.options
         self.concurrent_reads = root.concurrent_reads
 
@@ -161,6 +168,38 @@ class BranchStorage(Storage):
                     found.append(entry)
             upper = start
         return sorted(found)
+
+    def confirm_commit(self, number: int) -> None:
+        """Check, right after this branch's commit record ``number`` was created, that the branch still exists
+        as it was opened; if it was deleted (or deleted and made again) meanwhile, remove the record and raise.
+
+        :meth:`litstore.branches.Branches.delete` removes the branch record first and the
+        branch's files after it: a record created before that removal is the branch's
+        (and goes with it), one created after it would be a version nobody reaches.
+
+        Raises:
+            VersionNotFoundError: the branch was deleted while the commit was made; nothing was
+                committed (not a :class:`ConflictError`: trying again cannot succeed).
+            UncertainCommitError: the branch record could not be read to tell.
+        """
+        if not self.owns(number):
+            return
+        try:
+            current: Branch | None = read_branch(self.root, self.branch)
+        except VersionNotFoundError:
+            current = None
+        except StorageError as exc:
+            raise UncertainCommitError(
+                f"version {number} of branch {self.branch!r} was created, but the branch record cannot be read to "
+                f"see whether the branch was deleted meanwhile: {exc}. Open the store again to see"
+            ) from exc
+        if current == self.record:
+            return
+        self.root.delete(self._map(layout.version_record(number)))
+        raise VersionNotFoundError(
+            f"there is no branch {self.branch!r}: it was deleted while version {number} was being committed to it. "
+            "Nothing was committed (gc removes the staged files)"
+        )
 
     # -- the contract, path by path ------------------------------------------------
 
@@ -244,6 +283,22 @@ def open_branch(root: Storage, name: str) -> Storage:
     if isinstance(root, BranchStorage):
         root = root.root
     return root if name == MAIN_BRANCH else BranchStorage(root, name)
+
+
+def confirm_commit(storage: Storage, number: int) -> None:
+    """:meth:`BranchStorage.confirm_commit` for a branch view; nothing for main's line (it is never deleted)."""
+    if isinstance(storage, BranchStorage):
+        storage.confirm_commit(number)
+
+
+def base_lines(storage: Storage) -> list[tuple[str, Storage, int]]:
+    """``(line, view, newest)`` for each line a branch view's history runs through below its own, nearest first:
+    its versions up to ``newest`` are the view's too (``[]`` for main's line)."""
+    if not isinstance(storage, BranchStorage):
+        return []
+    chain = storage.chain
+    bases = [name for name, _ in chain[1:]] + [MAIN_BRANCH]
+    return [(base, open_branch(storage.root, base), start) for base, (_, start) in zip(bases, chain, strict=True)]
 
 
 def branch_of(storage: Storage) -> str:

@@ -27,6 +27,9 @@ this one used obstore, every obstore call hangs (measured on obstore 0.12: even 
 a parent used only a ``MemoryStore``). Such a process gets a :class:`StorageError`
 saying so instead of a hang; stream with ``multiprocessing_context="spawn"`` (or
 ``"forkserver"``) DataLoader workers. This is why ``s3://`` stays on boto3.
+
+Streaming: litdata downloads chunks through this backend (:meth:`litdata_input`), so
+what it refuses in a forked process it refuses there too.
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from litstore.errors import InvalidArgumentError, MissingFileError, StorageError
-from litstore.storage.base import FileInfo, Storage, check_path
+from litstore.storage.base import FileInfo, RemoteInput, Storage, check_path
 
 __all__ = ["ObjectStorage"]
 
@@ -139,6 +142,11 @@ class ObjectStorage(Storage):
         if str(self.options.get("use_emulator", "")).lower() in ("true", "1"):
             return os.environ.get("AZURITE_BLOB_STORAGE_URL", "http://127.0.0.1:10000")
         return f"https://{self.options.get('account_name', '<account>')}.blob.core.windows.net"
+
+    def litdata_input(self) -> RemoteInput:
+        """litdata downloads the chunks through this backend: it has no downloader of its own that takes obstore's
+        options (see :mod:`litstore._litdata.downloader`)."""
+        return RemoteInput(self.url, {}, endpoint=self.endpoint, storage=self)
 
     @property
     def store(self) -> Any:

@@ -175,6 +175,9 @@ class StorageTests:
         source = storage.litdata_input()
         if isinstance(source, LocalInput):
             assert Path(source.directory, "a", "f").read_bytes() == b"0123456789"
+        elif isinstance(source, RemoteInput) and source.storage is not None:  # downloads through a backend
+            assert source.url == storage.url
+            assert source.storage.read("a/f") == b"0123456789"
         elif isinstance(source, RemoteInput):
             assert source.url == storage.url
             assert source.storage_options == dict(storage.options)

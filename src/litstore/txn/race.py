@@ -22,6 +22,7 @@ from litstore.errors import ConflictError, StorageError, UncertainCommitError, V
 from litstore.format import layout
 from litstore.format.models import ExpiredVersion, Version
 from litstore.read import listings, log
+from litstore.storage import branched
 
 if TYPE_CHECKING:
     from litstore.read.version import VersionReader
@@ -71,8 +72,10 @@ def put_commit_record(head: VersionReader, version: Version) -> bool:
     Raises:
         UncertainCommitError: the PUT failed and reading the record back could not
             tell whether it landed; the caller must not remove anything the record names.
+        VersionNotFoundError: the record's branch was deleted meanwhile (the record was removed again).
     """
     if _created(head, version):
+        branched.confirm_commit(head.storage, version.number)  # a branch deleted meanwhile: undone, raised
         _write_hint(head, version.number)
         return True
     return False
