@@ -20,8 +20,9 @@ merged as they pile up (see :mod:`litstore.txn.keyruns`). A run is::
                 xxh3-64 of the chunk table, fences and sums
 
 Within one key hash, entries of the same key are newest first (a merged run keeps
-only the newest of each key). A lookup of key K reads the footer, chunk table and
-fences once per run and process, then one page: the first entry whose keyprint is
+only the newest of each key). A lookup of key K reads the footer once per run and
+process, then the fences around K's page (a window of them, or the whole tail once:
+:mod:`litstore.read.fences`), then one page: the first entry whose keyprint is
 K's decides (a deleted entry: K is not in the version), and a live entry is still
 confirmed by the record's content hash and key when it is read. With a filter, the
 page is read only if K's filter block (read and checked first) says the run may hold
@@ -55,7 +56,7 @@ ENTRY = np.dtype([("key_hash", "<u8"), ("chunk", "<u4"), ("row", "<u4"), ("conte
 #: The chunk id of an entry that says its key was deleted.
 DELETED = 0xFFFFFFFF
 #: Entries in a page a writer makes: one page (12 KiB) is what a lookup reads of a run,
-#: and each page costs 16 bytes of the run's tail, which a reader reads once. 256, not
+#: and each page costs 16 bytes of the run's tail (read by windows, or once whole). 256, not
 #: 1024: an append of 100 new keys reads 100 pages of each run (their hashes are spread
 #: over the whole run), and at 1M entries a fresh process checked them in 2.4 ms instead
 #: of 4.1 ms, while the tail grows to 62 KiB. Readers take the page size from the footer.
@@ -66,7 +67,7 @@ MAX_CHUNKS = 2**31
 
 @dataclass(frozen=True)
 class Tail:
-    """What a reader keeps of a run after opening it: its size, chunk names and fences.
+    """What a reader keeps of a run after reading its tail whole: its size, chunk names, fences and sums.
 
     The chunk names are checked against the layout as they are used: one by
     :meth:`chunk` (what a lookup resolves), all of them on the first use of

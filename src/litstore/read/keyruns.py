@@ -1,16 +1,17 @@
 """Reading a version's key index on disk: its key runs, newest first, a few pages at a time.
 
-A lookup reads, per run and process, the run's footer and its table of chunk names,
-page fences and page sums once (:class:`RunReader`), then only the pages that can
-hold the key (one page of 12 KiB, sometimes two): O(log N) bytes, never the
-manifest. Locally the run is memory-mapped for its tail and its pages are read
-(pread); elsewhere each page is one ranged read, cached in the process. A small run
-(at most :data:`WHOLE_RUN` bytes: the runs of the small commits since a checkpoint)
-is read whole when opened, in one read, and its pages and filter blocks are slices of
-those bytes: a lookup passes through every run newer than the one holding its key,
-and opening a file three times (mapping, filter block, page) cost more than the
-run's bytes. Every page is checked
-against its sum before it is used (:func:`litstore.format.keyrun.check_page`).
+A lookup reads, per run and process, the run's footer (with the lookup's filter
+block, in the same read), then a window of its page fences and sums around the key's
+expected page (:mod:`litstore.read.fences`; the whole tail once where a window would
+save little: small tails, large batches), then only the pages that can hold the key
+(one page of 12 KiB, sometimes two): never the manifest. Locally a run is read by
+pread; elsewhere each read is one ranged read (several spans in one call), pages
+cached in the process. A small run (at most :data:`WHOLE_RUN` bytes: the runs of the
+small commits since a checkpoint) is read whole when opened, in one read, and its
+pages and filter blocks are slices of those bytes: a lookup passes through every run
+newer than the one holding its key, and opening a file three times (mapping, filter
+block, page) cost more than the run's bytes. Every page is checked against its sum
+before it is used (:func:`litstore.format.keyrun.check_pages_within`).
 
 :class:`KeyRuns` answers for a version: for each key, the newest entry whose keyprint
 is the key's, in the newest run that has one. A live entry names the record's chunk,
