@@ -20,8 +20,9 @@ merged as they pile up (see :mod:`litstore.txn.keyruns`). A run is::
                 xxh3-64 of the chunk table, fences and sums
 
 Within one key hash, entries of the same key are newest first (a merged run keeps
-only the newest of each key). A lookup of key K reads the footer, chunk table and
-fences once per run and process, then one page: the first entry whose keyprint is
+only the newest of each key). A lookup of key K reads the footer once per run and
+process, then the fences around K's page (a window of them, or the whole tail once:
+:mod:`litstore.read.fences`), then one page: the first entry whose keyprint is
 K's decides (a deleted entry: K is not in the version), and a live entry is still
 confirmed by the record's content hash and key when it is read. With a filter, the
 page is read only if K's filter block (read and checked first) says the run may hold
@@ -55,7 +56,7 @@ ENTRY = np.dtype([("key_hash", "<u8"), ("chunk", "<u4"), ("row", "<u4"), ("conte
 #: The chunk id of an entry that says its key was deleted.
 DELETED = 0xFFFFFFFF
 #: Entries in a page a writer makes: one page (12 KiB) is what a lookup reads of a run,
-#: and each page costs 16 bytes of the run's tail, which a reader reads once. 256, not
+#: and each page costs 16 bytes of the run's tail (read by windows, or once whole). 256, not
 #: 1024: an append of 100 new keys reads 100 pages of each run (their hashes are spread
 #: over the whole run), and at 1M entries a fresh process checked them in 2.4 ms instead
 #: of 4.1 ms, while the tail grows to 62 KiB. Readers take the page size from the footer.
@@ -66,7 +67,7 @@ MAX_CHUNKS = 2**31
 
 @dataclass(frozen=True)
 class Tail:
-    """What a reader keeps of a run after opening it: its size, chunk names and fences.
+    """What a reader keeps of a run after reading its tail whole: its size, chunk names, fences and sums.
 
     The chunk names are checked against the layout as they are used: one by
     :meth:`chunk` (what a lookup resolves), all of them on the first use of
@@ -104,12 +105,13 @@ class Tail:
         name = self.names[number]
         if number in self._checked or "chunks" in self.__dict__:
             return name
-        try:
-            layout.check_chunk(name)
-        except ValueError as exc:
-            raise IntegrityError(f"key run {self.path} names {name!r}, which is not a chunk of this store") from exc
+        check_chunk_name(self.path, name)
         self._checked.add(number)
         return name
+
+    @property
+    def chunk_count(self) -> int:
+        return len(self.names)
 
     @property
     def entries_bytes(self) -> int:
@@ -230,8 +232,108 @@ def footer_size() -> int:
     return FOOTER.size
 
 
+#: A page's following fence where there is none to check against (the last page, or one a window did not read).
+NO_BOUND = np.uint64(2**64 - 1)
+
+
+@dataclass(frozen=True)
+class Footer:
+    """A run's footer, checked against the file's length: where each part of the run lies.
+
+    Nothing behind it is read yet: a lookup of a large run reads the fences and sums it
+    needs a window at a time (:mod:`litstore.read.fences`), and only what reads the
+    whole tail (:func:`parse_tail`) checks the tail's checksum.
+    """
+
+    path: str
+    entries: int
+    page: int
+    names_bytes: int
+    chunk_count: int
+    filter_blocks: int
+    checksum: int
+
+    @property
+    def pages(self) -> int:
+        return -(-self.entries // self.page)
+
+    @property
+    def entries_bytes(self) -> int:
+        return self.entries * ENTRY.itemsize
+
+    @property
+    def names_start(self) -> int:
+        """Where the chunk table starts (after the entries and the filter)."""
+        return self.entries_bytes + self.filter_blocks * keyfilter.BLOCK
+
+    @property
+    def fences_start(self) -> int:
+        return self.names_start + self.names_bytes
+
+    @property
+    def sums_start(self) -> int:
+        return self.fences_start + 8 * self.pages
+
+    @property
+    def tail_end(self) -> int:
+        """Where the footer starts: the end of the chunk table, fences and sums its checksum covers."""
+        return self.sums_start + 8 * self.pages
+
+
+def parse_footer(path: str, file_bytes: int, footer: bytes) -> Footer:
+    """Check a run's footer (its last :func:`footer_size` bytes) against the file's length ``file_bytes``.
+
+    Raises:
+        IntegrityError: it is not a run's footer, or it describes a file of another length.
+    """
+    if len(footer) != FOOTER.size:
+        raise IntegrityError(f"key run {path} is shorter than its footer: it is damaged")
+    magic, count, page, names_bytes, chunk_count, blocks, checksum = FOOTER.unpack(footer)
+    if magic not in (MAGIC, FILTERED_MAGIC):
+        raise IntegrityError(f"key run {path} does not end with a key run's footer: it is damaged")
+    if blocks != (keyfilter.block_count(count) if magic == FILTERED_MAGIC else 0):
+        raise IntegrityError(f"key run {path} claims {blocks} filter blocks for {count} entries: it is damaged")
+    if not 1 <= page <= 1 << 20:
+        raise IntegrityError(f"key run {path} claims pages of {page} entries: it is damaged")
+    parsed = Footer(path, count, page, names_bytes, chunk_count, blocks, checksum)
+    if parsed.tail_end + FOOTER.size != file_bytes:
+        raise IntegrityError(
+            f"key run {path} is {file_bytes} bytes long, but its footer describes "
+            f"{parsed.tail_end + FOOTER.size}: it is damaged"
+        )
+    return parsed
+
+
+def parse_names(footer: Footer, data: bytes | memoryview) -> tuple[str, ...]:
+    """The chunk table (``data``, the run's bytes from :attr:`Footer.names_start`), split into names, not yet
+    checked against the layout (:class:`Tail` does that as they are used).
+
+    Raises:
+        IntegrityError: it was cut short or holds another number of names than the footer says.
+    """
+    if len(data) != footer.names_bytes:
+        raise IntegrityError(f"key run {footer.path} was cut short: it is damaged")
+    names = bytes(data).decode("utf-8", errors="replace").split("\n") if footer.names_bytes else []
+    if len(names) != footer.chunk_count:
+        raise IntegrityError(f"key run {footer.path} names {len(names)} chunks, its footer says {footer.chunk_count}")
+    return tuple(names)
+
+
+def check_chunk_name(path: str, name: str) -> str:
+    """``name`` (of the chunk table of run ``path``) if it is the name of a chunk of the store.
+
+    Raises:
+        IntegrityError: it is not.
+    """
+    try:
+        layout.check_chunk(name)
+    except ValueError as exc:
+        raise IntegrityError(f"key run {path} names {name!r}, which is not a chunk of this store") from exc
+    return name
+
+
 def parse_tail(path: str, file_bytes: int, footer: bytes, read: Callable[[int, int], bytes]) -> Tail:
-    """Check a run's footer (its last :func:`footer_size` bytes) and read its chunk table and fences.
+    """Check a run's footer (its last :func:`footer_size` bytes) and read its chunk table and fences whole.
 
     The chunk names are checked as they are used (:class:`Tail`).
 
@@ -240,36 +342,28 @@ def parse_tail(path: str, file_bytes: int, footer: bytes, read: Callable[[int, i
     Raises:
         IntegrityError: the footer, sizes, chunk table or fences are not those of a run.
     """
-    if len(footer) != FOOTER.size:
-        raise IntegrityError(f"key run {path} is shorter than its footer: it is damaged")
-    magic, count, page, names_bytes, chunk_count, blocks, checked = FOOTER.unpack(footer)
-    if magic not in (MAGIC, FILTERED_MAGIC):
-        raise IntegrityError(f"key run {path} does not end with a key run's footer: it is damaged")
-    if blocks != (keyfilter.block_count(count) if magic == FILTERED_MAGIC else 0):
-        raise IntegrityError(f"key run {path} claims {blocks} filter blocks for {count} entries: it is damaged")
-    if not 1 <= page <= 1 << 20:
-        raise IntegrityError(f"key run {path} claims pages of {page} entries: it is damaged")
-    fence_count = -(-count // page)
-    filter_bytes = blocks * keyfilter.BLOCK
-    expected = count * ENTRY.itemsize + filter_bytes + names_bytes + fence_count * 16 + FOOTER.size
-    if expected != file_bytes:
-        raise IntegrityError(
-            f"key run {path} is {file_bytes} bytes long, but its footer describes {expected}: it is damaged"
-        )
-    start = count * ENTRY.itemsize + filter_bytes
-    rest = read(start, file_bytes - FOOTER.size)
-    if len(rest) != names_bytes + fence_count * 16:
+    parsed = parse_footer(path, file_bytes, footer)
+    return read_tail(parsed, read(parsed.names_start, parsed.tail_end))
+
+
+def read_tail(footer: Footer, rest: bytes | memoryview) -> Tail:
+    """The run's chunk table, fences and sums (``rest``: its bytes from :attr:`Footer.names_start` to the
+    footer), checked whole: against the footer's checksum, and the fences sorted.
+
+    Raises:
+        IntegrityError: they are not those of the run.
+    """
+    path, fence_count = footer.path, footer.pages
+    if len(rest) != footer.names_bytes + fence_count * 16:
         raise IntegrityError(f"key run {path} was cut short: it is damaged")
-    if xxhash.xxh3_64_intdigest(rest) != checked:
+    if xxhash.xxh3_64_intdigest(rest) != footer.checksum:
         raise IntegrityError(f"key run {path}'s chunk table or page table do not match their checksum: it is damaged")
-    names = rest[:names_bytes].decode("utf-8", errors="replace").split("\n") if names_bytes else []
-    if len(names) != chunk_count:
-        raise IntegrityError(f"key run {path} names {len(names)} chunks, its footer says {chunk_count}")
-    fences = np.frombuffer(rest, dtype="<u8", offset=names_bytes, count=fence_count)
-    sums = np.frombuffer(rest, dtype="<u8", offset=names_bytes + 8 * fence_count, count=fence_count)
+    names = parse_names(footer, rest[: footer.names_bytes])
+    fences = np.frombuffer(rest, dtype="<u8", offset=footer.names_bytes, count=fence_count)
+    sums = np.frombuffer(rest, dtype="<u8", offset=footer.names_bytes + 8 * fence_count, count=fence_count)
     if fence_count > 1 and bool(np.any(fences[1:] < fences[:-1])):
         raise IntegrityError(f"key run {path}'s fences are not sorted: it is damaged")
-    return Tail(count, page, tuple(names), fences, sums, blocks, path)
+    return Tail(footer.entries, footer.page, names, fences, sums, footer.filter_blocks, path)
 
 
 def check_page(path: str, tail: Tail, page: int, data: bytes | memoryview) -> np.ndarray:
@@ -285,21 +379,49 @@ def check_page(path: str, tail: Tail, page: int, data: bytes | memoryview) -> np
 def check_pages(path: str, tail: Tail, pages: Sequence[int], data: Sequence[bytes | memoryview]) -> list[np.ndarray]:
     """:func:`check_page` of several pages (``pages`` ascending, ``data`` their bytes), checked together.
 
+    Raises:
+        IntegrityError: a page does not match its sum, is not sorted inside its fences,
+            or names a chunk outside the table.
+    """
+    numbers = np.asarray(pages, dtype=np.int64)
+    last = len(tail.fences) - 1
+    following = np.where(numbers < last, tail.fences[np.minimum(numbers + 1, max(last, 0))], NO_BOUND)
+    bounds = PageBounds(tail.fences[numbers], tail.sums[numbers], following.astype(np.uint64))
+    return check_pages_within(path, tail, pages, data, bounds)
+
+
+@dataclass(frozen=True)
+class PageBounds:
+    """What pages are checked against, one value per page: its fence, its sum, and the fence of the page
+    after it (:data:`NO_BOUND` where there is none, or none was read)."""
+
+    fences: np.ndarray
+    sums: np.ndarray
+    following: np.ndarray
+
+
+def check_pages_within(
+    path: str, run: Tail | Footer, pages: Sequence[int], data: Sequence[bytes | memoryview], bounds: PageBounds
+) -> list[np.ndarray]:
+    """The entries of pages ``pages`` (ascending; ``data`` their bytes) of ``run``, checked against ``bounds``.
+
     Each page's bytes are hashed on their own; the order, fence and chunk checks run
     once over the pages' key hashes and chunk ids side by side, so a lookup of a
-    hundred keys (as many pages) pays a few array passes, not a few per page.
+    hundred keys (as many pages) pays a few array passes, not a few per page. A page
+    whose first entry is its fence confirms that fence, whether or not the tail's
+    checksum was checked (:mod:`litstore.read.fences` relies on it).
 
     Raises:
         IntegrityError: a page does not match its sum, is not sorted inside its fences,
             or names a chunk outside the table.
     """
     checked = []
-    for page, page_data in zip(pages, data, strict=True):
-        expected = min(tail.page, tail.entries - page * tail.page)
+    for page, page_data, page_sum in zip(pages, data, bounds.sums.tolist(), strict=True):
+        expected = min(run.page, run.entries - page * run.page)
         if (
             expected <= 0
             or len(page_data) != expected * ENTRY.itemsize
-            or xxhash.xxh3_64_intdigest(page_data) != int(tail.sums[page])
+            or xxhash.xxh3_64_intdigest(page_data) != page_sum
         ):
             raise IntegrityError(f"key run {path} page {page} does not match its checksum: it is damaged")
         checked.append(np.frombuffer(page_data, dtype=ENTRY))
@@ -310,18 +432,17 @@ def check_pages(path: str, tail: Tail, pages: Sequence[int], data: Sequence[byte
     ends = np.cumsum(sizes)
     starts = ends - sizes
     hashes = np.concatenate([entries["key_hash"] for entries in checked])
-    following = np.minimum(numbers + 1, len(tail.fences) - 1)  # (the last page has no next fence)
     unsorted = np.zeros(len(checked), dtype=bool)
     descents = np.flatnonzero(hashes[1:] < hashes[:-1]) + 1  # where a hash is below the one before it
     inside = descents[~np.isin(descents, starts)]  # (across two pages that is no descent of either)
     unsorted[np.searchsorted(ends, inside, "right")] = True
-    unsorted |= hashes[starts] != tail.fences[numbers]
-    unsorted |= (numbers + 1 < len(tail.fences)) & (hashes[ends - 1] > tail.fences[following])
+    unsorted |= hashes[starts] != bounds.fences
+    unsorted |= hashes[ends - 1] > bounds.following
     if unsorted.any():
         page = int(numbers[np.argmax(unsorted)])
         raise IntegrityError(f"key run {path} page {page} is not sorted inside its fences: it is damaged")
     chunks = np.concatenate([entries["chunk"] for entries in checked])
-    outside = np.flatnonzero((chunks >= len(tail.names)) & (chunks != DELETED))
+    outside = np.flatnonzero((chunks >= run.chunk_count) & (chunks != DELETED))
     if len(outside):
         page = int(numbers[np.searchsorted(ends, outside[0], "right")])
         raise IntegrityError(f"key run {path} page {page} names a chunk outside its table: it is damaged")

@@ -1,16 +1,17 @@
 """Reading a version's key index on disk: its key runs, newest first, a few pages at a time.
 
-A lookup reads, per run and process, the run's footer and its table of chunk names,
-page fences and page sums once (:class:`RunReader`), then only the pages that can
-hold the key (one page of 12 KiB, sometimes two): O(log N) bytes, never the
-manifest. Locally the run is memory-mapped for its tail and its pages are read
-(pread); elsewhere each page is one ranged read, cached in the process. A small run
-(at most :data:`WHOLE_RUN` bytes: the runs of the small commits since a checkpoint)
-is read whole when opened, in one read, and its pages and filter blocks are slices of
-those bytes: a lookup passes through every run newer than the one holding its key,
-and opening a file three times (mapping, filter block, page) cost more than the
-run's bytes. Every page is checked
-against its sum before it is used (:func:`litstore.format.keyrun.check_page`).
+A lookup reads, per run and process, the run's footer (with the lookup's filter
+block, in the same read), then a window of its page fences and sums around the key's
+expected page (:mod:`litstore.read.fences`; the whole tail once where a window would
+save little: small tails, large batches), then only the pages that can hold the key
+(one page of 12 KiB, sometimes two): never the manifest. Locally a run is read by
+pread; elsewhere each read is one ranged read (several spans in one call), pages
+cached in the process. A small run (at most :data:`WHOLE_RUN` bytes: the runs of the
+small commits since a checkpoint) is read whole when opened, in one read, and its
+pages and filter blocks are slices of those bytes: a lookup passes through every run
+newer than the one holding its key, and opening a file three times (mapping, filter
+block, page) cost more than the run's bytes. Every page is checked against its sum
+before it is used (:func:`litstore.format.keyrun.check_pages_within`).
 
 :class:`KeyRuns` answers for a version: for each key, the newest entry whose keyprint
 is the key's, in the newest run that has one. A live entry names the record's chunk,
@@ -34,6 +35,7 @@ import numpy as np
 from litstore.errors import IntegrityError
 from litstore.format import keyfilter, keyrun
 from litstore.format.models import KeyRunRef, Version
+from litstore.read import fences
 from litstore.storage import MissingFileError, Storage
 
 #: What :meth:`KeyRuns.find_many` says of each key.
@@ -46,8 +48,13 @@ _CACHED_PAGES = 4096
 _DENSE = 16
 #: Filter blocks kept in memory per run (4 MiB of 64-byte blocks).
 _CACHED_BLOCKS = 1 << 16
+#: Up to this many keys, a run is opened with their filter blocks in the same read as its footer.
+_GUESSED_BLOCKS = 16
 #: A run of at most this many bytes (about 10,000 entries) is read whole when it is opened.
 WHOLE_RUN = 512 << 10
+#: A run whose fences and sums are larger than this (more than 262,144 entries) is looked up through windows
+#: of them (:mod:`litstore.read.fences`); a smaller one's are read whole (one read, as cheap as a window).
+WINDOWED_TAIL = 16 << 10
 
 
 def has_key_index(version: Version) -> bool:
@@ -62,13 +69,24 @@ def has_key_index(version: Version) -> bool:
 
 
 class RunReader:
-    """One key run, opened lazily; its pages read as lookups need them."""
+    """One key run, opened lazily; its pages read as lookups need them.
+
+    A small run (:data:`WHOLE_RUN`) is read whole and its tail checked whole when
+    opened. A larger one is opened by its footer alone: a lookup of a few keys reads
+    fences and sums a window at a time (:class:`~litstore.read.fences.FenceWindows`),
+    and whatever needs the whole tail (:meth:`tail`: merges, verify, large batches)
+    reads and checks it whole, once.
+    """
 
     def __init__(self, storage: Storage, ref: KeyRunRef) -> None:
         self._storage = storage
         self._ref = ref
+        self._footer: keyrun.Footer | None = None
         self._tail: keyrun.Tail | None = None
         self._whole: memoryview | None = None  # a small run's bytes (see WHOLE_RUN)
+        self._windows: fences.FenceWindows | None = None
+        self._names: tuple[str, ...] | None = None  # the chunk table, read with the first window
+        self._checked_names: set[int] = set()
         self._pages: dict[int, np.ndarray] = {}
         self._blocks: dict[int, np.ndarray] = {}
 
@@ -76,39 +94,105 @@ class RunReader:
     def ref(self) -> KeyRunRef:
         return self._ref
 
-    def tail(self) -> keyrun.Tail:
-        """The run's counts, chunk names, fences and page sums (read and checked once)."""
-        if self._tail is None:
-            path, size = self._ref.path, self._ref.size
-            if size < keyrun.footer_size():  # (the commit record's number: a ranged read must not start before 0)
-                raise IntegrityError(f"key run {path} is {size} bytes by its commit record, shorter than a footer")
-            try:
-                whole = self._storage.read(path) if size <= WHOLE_RUN else None
-                mapped = self._storage.mapped(path) if whole is None else whole
-                footer_only = (
-                    None if mapped is not None else self._storage.read_range(path, size - keyrun.footer_size(), size)
-                )
-            except MissingFileError as exc:
-                raise IntegrityError(f"key run {path}, which the commit record lists, is missing") from exc
-            if mapped is not None:
-                view = memoryview(mapped)
-                if len(view) != size:
-                    raise IntegrityError(f"key run {path} is {len(view)} bytes, its commit record says {size}")
-                footer = bytes(view[size - keyrun.footer_size() :])
-                tail = keyrun.parse_tail(path, size, footer, lambda start, end: bytes(view[start:end]))
-                if whole is not None:
-                    self._whole = view
+    def footer(self) -> keyrun.Footer:
+        """The run's footer, checked against its length and the commit record (a small run: its tail too)."""
+        if self._footer is None:
+            self._open([])
+        assert self._footer is not None
+        return self._footer
+
+    def _open(self, spans: Sequence[tuple[int, int]]) -> list[memoryview]:
+        """Read and check the footer (a small run: the whole run and its tail), and bytes ``[start, end)`` of
+        each of ``spans`` in the same read: a lookup's filter blocks, where the commit record's count places
+        them (the caller uses them only if the footer agrees).
+
+        Raises:
+            IntegrityError: the run is missing, or its footer is not that of a run of the record's size.
+        """
+        path, size = self._ref.path, self._ref.size
+        if size < keyrun.footer_size():  # (the commit record's number: a ranged read must not start before 0)
+            raise IntegrityError(f"key run {path} is {size} bytes by its commit record, shorter than a footer")
+        try:
+            if size <= WHOLE_RUN:
+                whole = memoryview(self._storage.read(path))
+                if len(whole) != size:
+                    raise IntegrityError(f"key run {path} is {len(whole)} bytes, its commit record says {size}")
+                read = [whole[size - keyrun.footer_size() :], *(whole[start:end] for start, end in spans)]
+                self._whole = whole
             else:
-                assert footer_only is not None
-                tail = keyrun.parse_tail(
-                    path, size, footer_only, lambda start, end: self._storage.read_range(path, start, end)
-                )
-            if tail.entries != self._ref.entries:
-                raise IntegrityError(
-                    f"key run {path} holds {tail.entries} entries, its commit record says {self._ref.entries}"
-                )
-            self._tail = tail
+                # Read, not mapped: one open for the footer and the filter blocks of a run the lookup then skips.
+                read = [
+                    memoryview(data)
+                    for data in self._storage.read_ranges(path, [(size - keyrun.footer_size(), size), *spans])
+                ]
+        except MissingFileError as exc:
+            raise IntegrityError(f"key run {path}, which the commit record lists, is missing") from exc
+        footer = keyrun.parse_footer(path, size, bytes(read[0]))
+        if footer.entries != self._ref.entries:
+            raise IntegrityError(
+                f"key run {path} holds {footer.entries} entries, its commit record says {self._ref.entries}"
+            )
+        self._footer = footer
+        if self._whole is not None:
+            self.tail()
+        return read[1:]
+
+    def tail(self) -> keyrun.Tail:
+        """The run's counts, chunk names, fences and page sums, read whole and checked (once)."""
+        if self._tail is None:
+            footer = self.footer()
+            if self._tail is None:  # (a small run's is read by footer())
+                self._tail = keyrun.read_tail(footer, self._bytes(footer.names_start, footer.tail_end))
+                self._windows = None
         return self._tail
+
+    def _bytes(self, start: int, end: int) -> memoryview:
+        """Bytes ``[start, end)`` of the run: a slice of a small run's bytes, else one ranged read."""
+        return self._read([(start, end)])[0]
+
+    def chunk(self, number: int) -> str:
+        """Chunk name ``number`` of the run's table (an id a checked page holds), checked against the layout.
+
+        Raises:
+            IntegrityError: it is not the name of a chunk of the store.
+        """
+        if self._tail is not None:
+            return self._tail.chunk(number)
+        if self._names is None:
+            footer = self.footer()
+            self._names = keyrun.parse_names(footer, self._bytes(footer.names_start, footer.fences_start))
+        name = self._names[number]
+        if number not in self._checked_names:
+            keyrun.check_chunk_name(self._ref.path, name)
+            self._checked_names.add(number)
+        return name
+
+    def _windows_afford(self, keys: int) -> bool:
+        """Whether ``keys`` more keys are looked up through windows of the fences rather than the whole tail: the
+        tail is larger than :data:`WINDOWED_TAIL`, and the windows read in all (this process's lookups so far
+        and these keys') stay under a quarter of it. Past that (a large batch, many lookups in one process) the
+        whole tail is read, once."""
+        footer = self.footer()
+        if footer.tail_end - footer.fences_start <= WINDOWED_TAIL:
+            return False
+        windows = self._windowed()
+        return 4 * (windows.blocks_read + keys * windows.blocks_per_key()) <= windows.blocks
+
+    def _windowed(self) -> fences.FenceWindows:
+        if self._windows is None:
+            footer = self.footer()
+            names_span = (footer.names_start, footer.fences_start)
+
+            def read(spans: Sequence[tuple[int, int]]) -> Sequence[memoryview]:
+                if self._names is not None:
+                    return self._read(spans)
+                # The chunk table comes with the first window, in the same read.
+                *data, names = self._read([*spans, names_span])
+                self._names = keyrun.parse_names(footer, names)
+                return data
+
+            self._windows = fences.FenceWindows(footer, read)
+        return self._windows
 
     def _read(self, spans: Sequence[tuple[int, int]]) -> list[memoryview]:
         """Bytes ``[start, end)`` of the run for each span: slices of a small run's bytes, else read (pread
@@ -130,7 +214,13 @@ class RunReader:
         return self.pages([number])[0]
 
     def pages(self, numbers: Sequence[int]) -> list[np.ndarray]:
-        """The checked entries of pages ``numbers`` (ascending): those not cached read and checked together."""
+        """The checked entries of pages ``numbers`` (ascending): those not cached read and checked together,
+        against the whole tail."""
+        return self._checked_pages(numbers, windowed=False)
+
+    def _checked_pages(self, numbers: Sequence[int], windowed: bool) -> list[np.ndarray]:
+        """:meth:`pages`; ``windowed``: checked against the fences and sums the windows read (which cover
+        them), not the whole tail."""
         taken: dict[int, np.ndarray] = {}
         missing = []
         for number in numbers:
@@ -140,16 +230,22 @@ class RunReader:
             else:
                 taken[number] = cached
         if missing:
-            tail = self.tail()
-            size = tail.page * keyrun.ENTRY.itemsize
-            spans = [(number * size, min((number + 1) * size, tail.entries_bytes)) for number in missing]
+            footer = self.footer()
+            size = footer.page * keyrun.ENTRY.itemsize
+            spans = [(number * size, min((number + 1) * size, footer.entries_bytes)) for number in missing]
             # Read (pread locally), never touched through the mapping: on kernels with large page-cache
             # folios each touched 12 KiB page maps ~2 MiB into the process, and the mapped pages stay
             # resident while the run is open (a 500k-key append touching 6,500 pages of a 2M-entry run
             # kept all of its 96 MB resident; a run of 100M entries is 4.8 GB).
             data = self._read(spans)
             kept = len(missing) <= _READ_PAGES  # many (a merge, a large append's check) are not cached
-            for number, entries in zip(missing, keyrun.check_pages(self._ref.path, tail, missing, data), strict=True):
+            if windowed and self._tail is None and self._windows is not None:
+                checked = keyrun.check_pages_within(
+                    self._ref.path, footer, missing, data, self._windows.bounds(missing)
+                )
+            else:
+                checked = keyrun.check_pages(self._ref.path, self.tail(), missing, data)
+            for number, entries in zip(missing, checked, strict=True):
                 taken[number] = entries
                 if kept:
                     if len(self._pages) >= _CACHED_PAGES:
@@ -164,15 +260,17 @@ class RunReader:
         The filter's blocks the keys fall in are read (each once, and kept), checked
         against their checksums, then the keys' bits tested.
         """
-        tail = self.tail()
-        if not tail.filter_blocks or not len(hashes):
+        if self._footer is None and self._ref.size > WHOLE_RUN and 0 < len(hashes) <= _GUESSED_BLOCKS:
+            self._open_with_blocks(hashes)
+        footer = self.footer()
+        if not footer.filter_blocks or not len(hashes):
             return np.ones(len(hashes), dtype=bool)
-        rows = keyfilter.blocks_of(hashes, tail.filter_blocks)
+        rows = keyfilter.blocks_of(hashes, footer.filter_blocks)
         numbers = np.unique(rows)
         taken = {number: self._blocks[number] for number in numbers.tolist() if number in self._blocks}
         missing = [number for number in numbers.tolist() if number not in taken]
         if missing:
-            start, size = tail.filter_start, keyfilter.BLOCK
+            start, size = footer.entries_bytes, keyfilter.BLOCK
             low, high = missing[0], missing[-1] + 1
             # Many and dense (a large append's check): one read from the first to the last. Sparse (10,000
             # lookups in a run of 100M entries, whose filter is 120 MB): each block on its own.
@@ -189,6 +287,19 @@ class RunReader:
         bits = np.stack([taken[number] for number in numbers.tolist()])
         return keyfilter.may_hold(bits, np.searchsorted(numbers, rows), prints)
 
+    def _open_with_blocks(self, hashes: np.ndarray) -> None:
+        """Open the run, reading with its footer the filter blocks of ``hashes`` where a filter of the commit
+        record's entry count lies; kept (checked) if the footer says the run has that filter."""
+        count = keyfilter.block_count(self._ref.entries)
+        start, size = self._ref.entries * keyrun.ENTRY.itemsize, keyfilter.BLOCK
+        numbers = np.unique(keyfilter.blocks_of(hashes, count)).tolist()
+        if start + count * size > self._ref.size - keyrun.footer_size():  # (no filter of that count fits)
+            numbers = []
+        data = self._open([(start + number * size, start + (number + 1) * size) for number in numbers])
+        footer = self.footer()
+        if footer.filter_blocks == count and footer.entries_bytes == start and not self._blocks:
+            self._blocks.update(zip(numbers, keyfilter.check_blocks(self._ref.path, numbers, data), strict=True))
+
     def may_hold_sorted(self, hashes: np.ndarray, prints: np.ndarray) -> np.ndarray:
         """:meth:`may_hold` of many keys given in key-hash order (``verify``'s check that the filter hides none of
         the run's own entries): the filter's blocks from the first key's to the last key's are read as one
@@ -198,14 +309,14 @@ class RunReader:
         Raises:
             IntegrityError: a block of the range is damaged.
         """
-        tail = self.tail()
-        if not tail.filter_blocks or not len(hashes):
+        footer = self.footer()
+        if not footer.filter_blocks or not len(hashes):
             return np.ones(len(hashes), dtype=bool)
-        rows = keyfilter.blocks_of(hashes, tail.filter_blocks)
+        rows = keyfilter.blocks_of(hashes, footer.filter_blocks)
         if bool((rows[1:] < rows[:-1]).any()):  # (a forged run's entries out of order): block by block
             return self.may_hold(hashes, prints)
         low, high = int(rows[0]), int(rows[-1]) + 1
-        start, size = tail.filter_start, keyfilter.BLOCK
+        start, size = footer.entries_bytes, keyfilter.BLOCK
         span = self._storage.read_range(self._ref.path, start + low * size, start + high * size)
         bits = keyfilter.check_span(self._ref.path, low, high - low, span)
         return keyfilter.may_hold(bits, rows - low, prints)
@@ -256,29 +367,52 @@ class RunReader:
         sorted array (each page is checked to be sorted inside its fences, and the
         fences are sorted), and a key's entries all lie in its pages, which are there.
         """
-        tail = self.tail()
+        footer = self.footer()
         count = len(hashes)
         status = np.zeros(count, dtype=np.uint8)
         found = np.zeros(count, dtype=keyrun.ENTRY)
-        if not tail.entries or not count:
+        if not footer.entries or not count:
             return status, found
-        first = np.maximum(np.searchsorted(tail.fences, hashes, "left") - 1, 0)
-        last = np.searchsorted(tail.fences, hashes, "right") - 1
-        inside = last >= 0  # (a key below the first fence is not in the run)
-        if tail.filter_blocks:
-            inside[inside] = self.may_hold(hashes[inside], prints[inside])
+        inside = np.ones(count, dtype=bool)
+        if footer.filter_blocks:
+            inside = self.may_hold(hashes, prints)
         where = np.flatnonzero(inside)
         if not len(where):
             return status, found
         # In hash order: searching sorted keys in the pages walks them once (a large batch's
         # random order missed the cache on every search: 2.2 of 4.4 s for 500k keys in 6M).
         where = where[np.argsort(hashes[where], kind="stable")]
-        lows, highs = first[where], last[where]
+        windowed = self._tail is None and self._windows_afford(len(where))
+        if windowed:
+            lows, highs = self._windowed().bracket(hashes[where])
+        else:
+            fences = self.tail().fences
+            lows = np.maximum(np.searchsorted(fences, hashes[where], "left") - 1, 0)
+            highs = np.searchsorted(fences, hashes[where], "right") - 1
+            below = highs < 0  # (a key below the first fence is not in the run)
+            where, lows, highs = where[~below], lows[~below], highs[~below]
+            if not len(where):
+                return status, found
         spans = [lows, highs]
         wide = np.flatnonzero(highs - lows > 1)  # a key hash whose entries fill pages between (rare)
         spans += [np.arange(low, high + 1) for low, high in zip(lows[wide].tolist(), highs[wide].tolist(), strict=True)]
         numbers = np.unique(np.concatenate(spans)).tolist()
-        pages = self.pages(numbers)
+        pages = self._checked_pages(numbers, windowed)
+        if windowed:
+            # Where a key's last page ends at or below its hash, the next page's first entry confirms the
+            # fence that ended the search (see litstore.read.fences): read it too.
+            page_ends = {number: int(page["key_hash"][-1]) for number, page in zip(numbers, pages, strict=True)}
+            after = {
+                high + 1
+                for high, key in zip(highs.tolist(), hashes[where].tolist(), strict=True)
+                if high + 1 < footer.pages and page_ends[high] <= key
+            }
+            if after - set(numbers):
+                numbers = sorted(set(numbers) | after)
+                pages = self._checked_pages(numbers, windowed)
+            key_hashes = np.concatenate([page["key_hash"] for page in pages])
+            if bool(np.any(key_hashes[1:] < key_hashes[:-1])):  # (no whole tail says the fences are sorted)
+                raise IntegrityError(f"key run {self._ref.path}'s pages are not in key-hash order: it is damaged")
         sizes = np.fromiter(map(len, pages), dtype=np.int64, count=len(pages))
         ends = np.cumsum(sizes)
         key_hashes = np.concatenate([page["key_hash"] for page in pages])
@@ -350,7 +484,7 @@ class KeyRuns:
 
     def filtered(self) -> bool:
         """Whether every run carries a key filter (format 5; see :mod:`litstore.format.keyfilter`)."""
-        return all(run.tail().filter_blocks for run in self._runs)
+        return all(run.footer().filter_blocks for run in self._runs)
 
     def find_many(self, hashes: np.ndarray, prints: np.ndarray) -> tuple[np.ndarray, list[str], np.ndarray]:
         """For each key: :data:`LIVE`, :data:`DELETED` or :data:`ABSENT`, the name of the chunk its entry
@@ -369,9 +503,8 @@ class KeyRuns:
             positions = open_[decided]
             status[positions] = run_status[decided]
             entries[positions] = run_entries[decided]
-            tail = run.tail()
             for position, entry in zip(positions.tolist(), run_entries[decided].tolist(), strict=True):
                 if entry[1] != keyrun.DELETED:
-                    names[position] = tail.chunk(entry[1])
+                    names[position] = run.chunk(entry[1])
             open_ = open_[~decided]
         return status, names, entries
