@@ -36,6 +36,7 @@ import shutil
 import tempfile
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, BinaryIO, NamedTuple
@@ -130,7 +131,11 @@ class Storage(ABC):
 
     def read_ranges(self, path: str, spans: Sequence[tuple[int, int]]) -> Sequence[bytes | memoryview]:
         """:meth:`read_range` of each ``(start, end)`` of ``spans``, in order: what a lookup of many pages of
-        one file reads. A backend that can open the file once for all of them overrides it."""
+        one file reads. A backend that can open the file once for all of them overrides it; where reads are
+        round trips (:attr:`concurrent_reads`), up to that many are in flight at once."""
+        if self.concurrent_reads > 1 and len(spans) > 1:
+            with ThreadPoolExecutor(max_workers=min(self.concurrent_reads, len(spans))) as pool:
+                return list(pool.map(lambda span: self.read_range(path, *span), spans))
         return [self.read_range(path, start, end) for start, end in spans]
 
     @abstractmethod

@@ -93,7 +93,7 @@ def _obstore_failure(exc: BaseException) -> bool:
 class ObjectStorage(Storage):
     """A store root on an object store obstore reaches (``az://``, ``abfs://``, ``gs://``; ``s3://`` in tests)."""
 
-    concurrent_reads = 8  # (commit records down a chain: one round trip each)
+    concurrent_reads = 8  # (records down a chain, ranges of one file: a round trip each)
 
     def __init__(self, url: str, options: dict[str, Any] | None = None) -> None:
         parts = urlsplit(url)

@@ -37,7 +37,7 @@ _ALREADY_EXISTS = {"PreconditionFailed", "412", "ConditionalRequestConflict", "4
 class S3Storage(Storage):
     """A store root at ``s3://bucket/prefix``."""
 
-    concurrent_reads = 8  # (commit records down a chain: one round trip each)
+    concurrent_reads = 8  # (records down a chain, ranges of one file: a round trip each)
 
     def __init__(self, url: str, options: dict[str, Any] | None = None) -> None:
         if not url.startswith("s3://"):
