@@ -71,10 +71,16 @@ class Tags(Mapping[str, int]):
             raise KeyError(name) from exc
 
     def __iter__(self) -> Iterator[str]:
-        return iter(sorted(log.visible_tags(self._store.storage)))
+        return iter(self._names())
 
     def __len__(self) -> int:
-        return len(log.visible_tags(self._store.storage))
+        return len(self._names())
+
+    def _names(self) -> list[str]:
+        """The tags this line sees, and the names of its own files under ``tags/`` (a stray one's lookup raises
+        ``KeyError``, which is how the CLI finds and names it)."""
+        storage = self._store.storage
+        return sorted({*log.visible_tags(storage), *log.tag_names(storage)})
 
     def __repr__(self) -> str:
         return f"Tags({dict(self)!r})"

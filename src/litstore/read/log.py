@@ -320,14 +320,18 @@ def tag_names(storage: Storage) -> list[str]:
 
 def visible_tags(storage: Storage) -> dict[str, Tag]:
     """Every tag a line sees: its own, and on a branch those of the lines it starts from that name a version of
-    its history (up to where it left each line); a nearer line's tag of a name shadows a farther one's."""
+    its history (up to where it left each line); a nearer line's tag of a name shadows a farther one's. A file
+    under ``tags/`` that is no valid tag is left out (:class:`~litstore.tags.Tags` lists its name)."""
     found: dict[str, Tag] = {}
-    for _, view, newest in reversed(branched.base_lines(storage)):
+    lines = [*((view, newest) for _, view, newest in reversed(branched.base_lines(storage))), (storage, None)]
+    for view, newest in lines:
         for name in tag_names(view):
-            tag = read_tag(view, name)
-            if tag.version <= newest:
+            try:
+                tag = read_tag(view, name)
+            except VersionNotFoundError:
+                continue  # a stray file under tags/ (no valid tag name), or a tag deleted since the listing
+            if newest is None or tag.version <= newest:
                 found[name] = tag
-    found.update((name, read_tag(storage, name)) for name in tag_names(storage))
     return found
 
 
