@@ -85,6 +85,8 @@ from litstore._litdata.downloader import (
     STORAGE_PREFIX,
     allow_plain_http_s3,
     download_fault,
+    error_chain,
+    missing_object,
     read_through_storage,
     storage_input,
 )
@@ -697,7 +699,7 @@ class VersionDataset(StreamingDataset):
         except (LitstoreError, StopIteration):
             raise
         except (RuntimeError, ValueError, IndexError, OSError) as exc:
-            raise _stream_failure(self.identity, self._endpoint, exc) from exc
+            raise _stream_failure(self.identity, self._endpoint, exc, self._files) from exc
         return self
 
     def __next__(self) -> Any:
@@ -718,7 +720,7 @@ class VersionDataset(StreamingDataset):
         except (LitstoreError, StopIteration):
             raise
         except (RuntimeError, ValueError, IndexError, OSError) as exc:
-            raise _stream_failure(self.identity, self._endpoint, exc) from exc
+            raise _stream_failure(self.identity, self._endpoint, exc, self._files) from exc
 
     def _live(self, chunk_index: int) -> np.ndarray | None:
         """The live rows of chunk ``chunk_index`` (litdata's number), or ``None`` when every row is live.
@@ -987,8 +989,14 @@ def _map_nothing(chunk_index: int, chunk_filepath: str) -> None:
     """An item loader's ``warm_posix_chunk`` that maps nothing (litdata's reader gives the page-cache hint itself)."""
 
 
-def _stream_failure(identity: dict[str, Any], endpoint: str | None, exc: BaseException) -> LitstoreError:
-    """What litdata's error while streaming means: a download's fault (:class:`StorageError`) or a damaged chunk."""
+def _stream_failure(
+    identity: dict[str, Any], endpoint: str | None, exc: BaseException, chunks: Sequence[str] = ()
+) -> LitstoreError:
+    """What litdata's error while streaming means: a chunk the service says is not there (:class:`IntegrityError`,
+    the same on every backend), a download's fault (:class:`StorageError`), or a damaged chunk."""
+    missing = missing_object(exc)
+    if missing is not None:
+        return _missing_chunk(identity, missing, exc, chunks)
     fault = download_fault(exc)
     if fault is None:
         return _damaged_chunk(identity, exc)
@@ -997,6 +1005,33 @@ def _stream_failure(identity: dict[str, Any], endpoint: str | None, exc: BaseExc
         f"streaming version {identity.get('version')} of {identity.get('root')} could not download a chunk from "
         f"{endpoint or identity.get('root')} ({type(fault).__name__}: {detail}): a network or storage fault, not "
         "damage; check the endpoint, credentials and network, then retry"
+    )
+
+
+def _missing_chunk(
+    identity: dict[str, Any], missing: BaseException, exc: BaseException, chunks: Sequence[str]
+) -> IntegrityError:
+    """A chunk the version lists that the service answered is not there: data missing since the commit.
+
+    The chunk is the one of ``chunks`` (the version's) that ``missing`` names (obstore and a backend name the
+    object). boto3 names none; then the chunk litdata's reader was waiting for is named as that, for it may be
+    a later one than the prefetch thread failed on.
+    """
+    name = next((chunk for chunk in chunks if chunk in str(missing)), None)
+    waited = [str(error) for error in error_chain(exc) if error is not missing]
+    waiting = next((chunk for message in waited for chunk in chunks if chunk in message), None)
+    detail = str(missing).strip().splitlines()[0].partition(" <?xml")[0] or type(missing).__name__  # no XML body
+    version, root = identity.get("version"), identity.get("root")
+    if name is not None:
+        chunk = f"its chunk {name}"
+    else:
+        chunk = "a chunk it lists" + (f" (the stream was waiting for {waiting})" if waiting else "")
+    return IntegrityError(
+        f"streaming version {version} of {root}: {chunk} is not there (the service "
+        f"answered {type(missing).__name__}: {detail}). A committed version's chunks are removed only by gc, once "
+        f"no version it keeps lists them: if version {version} was expired (store.gc), stream a version gc kept; "
+        "otherwise the chunk was deleted from the bucket by something other than litstore. store.verify() lists "
+        "every missing chunk"
     )
 
 

@@ -12,6 +12,7 @@ import os
 from pathlib import Path
 
 import pytest
+from botocore.exceptions import ClientError
 from litdata.streaming.downloader import get_downloader
 from obstore.exceptions import NotFoundError
 
@@ -19,6 +20,7 @@ from litstore._litdata.downloader import (
     STORAGE_PREFIX,
     StorageDownloader,
     download_fault,
+    missing_object,
     read_through_storage,
     storage_input,
 )
@@ -76,3 +78,36 @@ def test_a_backend_fault_is_a_download_fault_and_a_missing_chunk_is_not() -> Non
     wrapped = RuntimeError("Chunk prefetch thread crashed")
     wrapped.__cause__ = missing
     assert download_fault(wrapped) is None
+
+
+def _crashed(cause: BaseException) -> RuntimeError:
+    """``cause`` as litdata's prefetch thread re-raises it."""
+    wrapped = RuntimeError("Chunk prefetch thread crashed while waiting for /cache/fragments/f/chunk-0.bin")
+    wrapped.__cause__ = cause
+    return wrapped
+
+
+def test_every_clients_404_is_missing_data_and_every_other_failure_a_fault() -> None:
+    """The same rule for a backend's MissingFileError (az, gs), obstore's and boto3's answers (litdata's S3)."""
+    obstore_404 = FileNotFoundError("Object at location store/fragments/f/chunk-0.bin not found: ... 404 Not Found")
+    missing = [
+        MissingFileError("no file 'fragments/f/chunk-0.bin' in gs://bucket/store"),
+        obstore_404,
+        ClientError({"Error": {"Code": "404", "Message": "Not Found"}}, "HeadObject"),
+        ClientError({"Error": {"Code": "NoSuchKey", "Message": "The specified key does not exist."}}, "GetObject"),
+    ]
+    for error in missing:
+        assert missing_object(_crashed(error)) is error
+        assert download_fault(_crashed(error)) is None
+    faults = [
+        ClientError({"Error": {"Code": "InternalError"}, "ResponseMetadata": {"HTTPStatusCode": 500}}, "GetObject"),
+        ClientError({"Error": {"Code": "SlowDown"}, "ResponseMetadata": {"HTTPStatusCode": 503}}, "GetObject"),
+        ConnectionRefusedError(111, "Connection refused"),
+        StorageError("cannot read 'fragments/f/chunk-0.bin' (endpoint http://x): timed out"),
+    ]
+    for error in faults:
+        assert missing_object(_crashed(error)) is None
+        assert download_fault(_crashed(error)) is error
+    # A file the operating system did not find (a cache file, errno set) is neither: litdata's damage path.
+    local = FileNotFoundError(2, "No such file or directory", "/cache/fragments/f/chunk-0.bin")
+    assert missing_object(_crashed(local)) is None and download_fault(_crashed(local)) is None

@@ -4,7 +4,9 @@
   (see ``docs/design.md``, "Object storage"), but the obstore backend keeps the same
   contract there, which is what a move would need;
 - Azure Blob Storage against Azurite (``tests/azurite_server.py``; skipped where the
-  ``azurite`` command is missing, which ``.ci/run`` installs).
+  ``azurite`` command is missing, which ``.ci/run`` installs);
+- Google Cloud Storage against fake-gcs-server, through the adapter that turns object_store's
+  XML API writes into the JSON API uploads fake-gcs-server takes (``tests/gcs_server.py``).
 """
 
 from __future__ import annotations
@@ -63,6 +65,22 @@ class TestAzureStorageAtContainerRoot(StorageTests):
         return ObjectStorage(
             f"abfs://{azure_container}@{azurite_options['account_name']}.dfs.core.windows.net", azurite_options
         )
+
+
+class TestGcsStorage(StorageTests):
+    @pytest.fixture
+    def storage(self, gcs_options: dict[str, object], gcs_bucket: str) -> Storage:
+        from litstore.storage.objectstore import ObjectStorage
+
+        return ObjectStorage(f"gs://{gcs_bucket}/stores/one", gcs_options)
+
+
+class TestGcsStorageAtBucketRoot(StorageTests):
+    @pytest.fixture
+    def storage(self, gcs_options: dict[str, object], gcs_bucket: str) -> Storage:
+        from litstore.storage.objectstore import ObjectStorage
+
+        return ObjectStorage(f"gs://{gcs_bucket}", gcs_options)
 
 
 def test_an_azure_store_commits_and_looks_up(azurite_options: dict[str, object], azure_container: str) -> None:

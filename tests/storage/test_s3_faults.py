@@ -3,7 +3,8 @@
 Real servers on loopback: moto's (``tests/s3_server.py``), a second moto server that is
 stopped mid-test, a port nothing listens on, and a socket that accepts connections
 and never answers. Every path is covered: lookups, commits, and streaming through
-litdata's downloader.
+litdata's downloader. The opposite case too: a chunk the service answers is not there
+(404) is missing data, an :class:`IntegrityError` naming the chunk, as on az:// and gs://.
 """
 
 from __future__ import annotations
@@ -17,10 +18,12 @@ from typing import Any
 import boto3
 import pytest
 from botocore.config import Config
+from litdata import StreamingDataLoader
 
 import litstore
 from litstore.errors import IntegrityError, StorageError
 from litstore.storage.base import Storage
+from tests.conftest import release_frames
 
 pytestmark = pytest.mark.integration
 
@@ -145,3 +148,40 @@ def test_streaming_and_committing_after_the_endpoint_dies_are_storage_errors(s3_
     with pytest.raises(StorageError) as looked_up:
         store["k003"]
     _assert_fault_names(looked_up.value, endpoint)
+
+
+def _keep_list(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return items
+
+
+def test_a_chunk_removed_from_the_bucket_is_missing_data_on_both_download_paths(
+    s3_endpoint: str, s3_bucket: str, tmp_path: Path
+) -> None:
+    """litdata downloads S3 chunks through obstore, and through boto3 in a DataLoader worker forked after obstore
+    started in its parent: both 404s are the IntegrityError az:// and gs:// give, never a download fault."""
+    url = f"s3://{s3_bucket}/store"
+    store = litstore.Store.create(url, key="id", chunk_bytes=1024, storage_options={"endpoint_url": s3_endpoint})
+    store.append(_records(60))
+    assert len(list(store.dataset(views_dir=tmp_path / "warm"))) == 60  # litdata's obstore now runs in this process
+    chunk = store.head().chunks()["train"][0].filename
+    boto3.client("s3", endpoint_url=s3_endpoint).delete_object(Bucket=s3_bucket, Key=f"store/{chunk}")
+    with pytest.raises(IntegrityError) as in_process:
+        list(store.dataset(views_dir=tmp_path / "in-process"))
+    loader = StreamingDataLoader(
+        store.dataset(views_dir=tmp_path / "forked"),
+        batch_size=8,
+        num_workers=1,
+        multiprocessing_context="fork",
+        collate_fn=_keep_list,
+        timeout=120,
+    )
+    with pytest.raises(IntegrityError) as forked:
+        list(loader)
+    release_frames(forked)
+    named = f"its chunk {chunk} is not there"  # obstore's 404 names the object
+    waited = f"a chunk it lists (the stream was waiting for {chunk}) is not there"  # boto3's names none
+    for raised, client, says in ((in_process, "FileNotFoundError", named), (forked, "ClientError", waited)):
+        assert not isinstance(raised.value, StorageError)
+        message = str(raised.value)
+        assert says in message and client in message, message
+        assert "store.gc" in message and "store.verify()" in message

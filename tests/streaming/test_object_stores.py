@@ -1,10 +1,10 @@
 """Streaming ``az://`` and ``gs://`` stores: litdata downloads their chunks through litstore's obstore backend.
 
-Against Azurite (``tests/azurite_server.py``) and fake-gcs-server (``tests/gcs_server.py``,
-which serves reads only: a store is written locally and copied into the bucket).
+Against Azurite (``tests/azurite_server.py``) and fake-gcs-server (``tests/gcs_server.py``).
 What a local or S3 stream guarantees holds here too: exactly the pinned version's
-records, each checked against its committed content hash (a chunk changed or removed
-in the bucket is an :class:`IntegrityError`); a download fault is a
+records, each checked against its committed content hash (a chunk changed in the
+bucket is an :class:`IntegrityError`, and so is one removed from it, named, as on
+S3: ``tests/storage/test_s3_faults.py``); a download fault is a
 :class:`StorageError` naming the endpoint, never damage. obstore does not survive a
 fork, so DataLoader workers are started with ``multiprocessing_context="spawn"``;
 forked ones get a :class:`StorageError` saying so, not a hang.
@@ -22,7 +22,6 @@ from litdata import StreamingDataLoader
 import litstore
 from litstore.errors import IntegrityError, StorageError
 from litstore.storage.objectstore import ObjectStorage
-from tests.gcs_server import upload
 from tests.loopback import Forwarder
 
 pytestmark = pytest.mark.integration
@@ -71,13 +70,12 @@ def azure_url(azurite_options: dict[str, Any], azure_container: str) -> str:
 
 
 @pytest.fixture
-def gcs_url(tmp_path: Path, gcs_endpoint: str, gcs_bucket: str) -> str:
-    """A store written locally and copied to ``gs://bucket/stores/pets`` (fake-gcs-server takes no object_store PUT)."""
-    local = litstore.Store.create(tmp_path / "pets", key="id", chunk_bytes=1024)
-    _history(local)
-    local.tags.create("first", 1)
-    upload(gcs_endpoint, gcs_bucket, "stores/pets", tmp_path / "pets")
-    return f"gs://{gcs_bucket}/stores/pets"
+def gcs_url(gcs_options: dict[str, Any], gcs_bucket: str) -> str:
+    url = f"gs://{gcs_bucket}/stores/pets"
+    store = litstore.Store.create(url, key="id", chunk_bytes=1024, storage_options=gcs_options)
+    _history(store)
+    store.tags.create("first", 1)
+    return url
 
 
 def test_an_azure_store_streams_each_pinned_version(
@@ -114,11 +112,14 @@ def _chunk_path(store: litstore.Store) -> str:
     return chunk.filename
 
 
-def test_a_chunk_changed_in_the_container_is_damage_not_a_record(
-    azure_url: str, azurite_options: dict[str, Any], tmp_path: Path
+@pytest.mark.parametrize("service", ["az", "gs"])
+def test_a_chunk_changed_or_removed_in_the_bucket_is_damage_not_a_record(
+    service: str, request: pytest.FixtureRequest, tmp_path: Path
 ) -> None:
-    store = litstore.open(azure_url, storage_options=azurite_options)
-    storage = ObjectStorage(azure_url, azurite_options)
+    url: str = request.getfixturevalue(f"{'azure' if service == 'az' else 'gcs'}_url")
+    options: dict[str, Any] = request.getfixturevalue("azurite_options" if service == "az" else "gcs_options")
+    store = litstore.open(url, storage_options=options)
+    storage = ObjectStorage(url, options)
     chunk = _chunk_path(store)
     data = bytearray(storage.read(chunk))
     data[-1] ^= 0xFF  # a byte of the chunk's last record
@@ -129,6 +130,7 @@ def test_a_chunk_changed_in_the_container_is_damage_not_a_record(
     with pytest.raises(IntegrityError) as missing:
         list(store.dataset(views_dir=tmp_path / "other-views"))
     assert not isinstance(missing.value, StorageError)
+    assert f"its chunk {chunk} is not there" in str(missing.value) and "store.gc" in str(missing.value)
 
 
 def test_a_download_that_cannot_connect_is_a_storage_error_naming_the_endpoint(

@@ -20,14 +20,20 @@ S3 downloader that only adds ``allow_http``. It overrides ``S3Downloader._get_st
 a private litdata method: re-check it when the litdata pin moves.
 
 litdata downloads chunks in a prefetch thread and re-raises its failure as a
-``RuntimeError`` chained to the original; :func:`download_fault` finds the storage
-client's error in that chain, so streaming can report a network fault as one.
+``RuntimeError`` chained to the original. Two functions read that chain, so that a
+failed download means the same on every backend: :func:`missing_object` finds the
+service's answer that a chunk is not there (HTTP 404: a backend's
+``MissingFileError`` on ``az://`` and ``gs://``; obstore's ``FileNotFoundError`` or
+botocore's ``404``/``NoSuchKey`` from litdata's own S3 downloads, obstore or boto3),
+which is missing data; :func:`download_fault` finds any other storage client's error
+(a refused connection, a timeout, a 5xx), which is a network or service fault.
 """
 
 from __future__ import annotations
 
 import os
 import socket
+from collections.abc import Iterator
 from contextlib import suppress
 from typing import Any, Protocol, cast
 
@@ -162,25 +168,60 @@ def allow_plain_http_s3() -> None:
 _CLIENT_MODULES = ("obstore", "botocore", "boto3", "s3transfer", "urllib3", "requests", "google", "azure")
 
 
+#: botocore's error codes for an object that is not there (``HeadObject`` answers a bare ``404``).
+_NO_SUCH_KEY = frozenset({"404", "NoSuchKey", "NotFound"})
+
+
+def error_chain(exc: BaseException) -> Iterator[BaseException]:
+    """``exc`` and the errors it was raised from, nearest first."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        yield current
+        current = current.__cause__ or current.__context__
+
+
+def _says_missing(error: BaseException) -> bool:
+    """Whether ``error`` is a storage service's answer that the object is not there."""
+    if isinstance(error, MissingFileError):
+        return True
+    if isinstance(error, FileNotFoundError):
+        # obstore raises the built-in FileNotFoundError for a 404; one from the operating system carries an errno.
+        return error.errno is None and "not found" in str(error).lower()
+    response = getattr(error, "response", None)  # botocore's ClientError
+    if type(error).__module__.startswith("botocore") and isinstance(response, dict):
+        code = str(response.get("Error", {}).get("Code", ""))
+        return code in _NO_SUCH_KEY or response.get("ResponseMetadata", {}).get("HTTPStatusCode") == 404
+    return False
+
+
+def missing_object(exc: BaseException) -> BaseException | None:
+    """The service's answer that an object is not there (HTTP 404) behind ``exc``, if there is one.
+
+    What a backend raises when a chunk the version lists is gone from the bucket: a
+    litstore ``MissingFileError`` (read by :class:`StorageDownloader`), obstore's
+    ``FileNotFoundError`` or botocore's ``ClientError`` with code ``404``, ``NoSuchKey`` or
+    ``NotFound`` (litdata's S3 downloader: obstore for chunks, boto3 in a worker forked
+    after obstore started, and for ranged reads). Missing data, never a network fault.
+    """
+    return next((error for error in error_chain(exc) if _says_missing(error)), None)
+
+
 def download_fault(exc: BaseException) -> BaseException | None:
     """The storage client's error (a network or service fault) behind ``exc``, if there is one.
 
     Walks ``exc``'s chain of causes: an error raised by obstore, boto3 or another storage
     client, a litstore ``StorageError`` (a backend's, read by :class:`StorageDownloader`),
     or a connection error or timeout, means a chunk could not be downloaded, not that
-    the chunk is damaged. A backend's ``MissingFileError`` is the opposite: the service
-    answered that a chunk the version lists is not there, which is damage (``None``).
+    the chunk is damaged. The service's answer that the chunk is not there
+    (:func:`missing_object`) is the opposite: missing data (``None``).
     """
-    seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
-        if isinstance(current, MissingFileError):
+    for error in error_chain(exc):
+        if _says_missing(error):
             return None
-        module = type(current).__module__.partition(".")[0]
-        if module in _CLIENT_MODULES or isinstance(
-            current, (StorageError, ConnectionError, TimeoutError, socket.gaierror)
-        ):
-            return current
-        current = current.__cause__ or current.__context__
+        module = type(error).__module__.partition(".")[0]
+        faults = (StorageError, ConnectionError, TimeoutError, socket.gaierror)
+        if module in _CLIENT_MODULES or isinstance(error, faults):
+            return error
     return None
