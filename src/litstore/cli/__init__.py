@@ -74,7 +74,7 @@ from litstore.snapshot import Key, Snapshot, VersionRef
 
 app = typer.Typer(
     name="litstore",
-    help="Inspect, query, check and maintain litstore stores (local or s3://).",
+    help="Inspect, query, check and maintain litstore stores (local, s3://, az://, gs://).",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
@@ -99,7 +99,7 @@ def _root(
         typer.Option("--version", callback=_show_version, is_eager=True, help="Print litstore's version and exit."),
     ] = False,
 ) -> None:
-    """Inspect, query, check and maintain litstore stores (local or s3://)."""
+    """Inspect, query, check and maintain litstore stores (local, s3://, az://, gs://)."""
 
 
 def _say(text: str) -> None:
