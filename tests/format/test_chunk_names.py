@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -30,10 +31,11 @@ def test_a_thousand_chunk_names_check_together() -> None:
         "fragments/00000000000000000001/chunk-00000000000000000002-0.bin",  # another fragment's chunk
         _chunk(3) + "\n",
         "",
+        7,
     ],
-    ids=["two-in-one", "outside", "other-fragment", "trailing-newline", "empty"],
+    ids=["two-in-one", "outside", "other-fragment", "trailing-newline", "empty", "not-a-string"],
 )
-def test_one_bad_name_among_many_is_refused_by_name(bad: str) -> None:
+def test_one_bad_name_among_many_is_refused_by_name(bad: Any) -> None:
     names = (*(_chunk(number) for number in range(500)), bad, *(_chunk(number) for number in range(500, 600)))
     with pytest.raises(ValueError, match="is not a chunk path") as caught:
         layout.check_chunks(names)

@@ -95,10 +95,12 @@ def check_chunks(paths: Sequence[str]) -> Sequence[str]:
     """
     if not paths:
         return paths
-    if all(isinstance(path, str) for path in paths):
+    try:
         joined = "\n".join(paths)
-        if joined.count("\n") == len(paths) - 1 and are_chunks(joined):
-            return paths
+    except TypeError:  # (not all strings)
+        joined = ""
+    if joined.count("\n") == len(paths) - 1 and are_chunks(joined):
+        return paths
     for path in paths:  # (which one)
         check_chunk(path)
     return paths
