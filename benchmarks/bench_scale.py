@@ -1110,7 +1110,7 @@ def main(argv: Sequence[str]) -> int:
             file=sys.stderr,
         )
         steps: list[Callable[[], None]] = []
-        if set(PER_SIZE) & set(bench.figures):
+        if {*PER_SIZE, *SLOW} & set(bench.figures):  # (compact is measured per size too)
             sizes = [Size(n, SMALL_PAYLOAD) for n in args.n]
             sizes += [Size(args.big_records, BIG_PAYLOAD)] if args.big_records else []
             steps += [functools.partial(bench.measure_size, size) for size in sizes]

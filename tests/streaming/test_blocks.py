@@ -223,3 +223,46 @@ def test_get_many_decoding_refuses_a_payload_holding_two_records() -> None:
     with pytest.raises(IntegrityError):
         codec.decode_each([first + second[:3], second[3:]])
     assert codec.decode_each([first, second]) == [{"id": "k0"}, {"id": "k1"}]
+
+
+@pytest.mark.parametrize(
+    "dead",
+    [
+        [],
+        [0],  # the first row
+        [COUNT - 1],  # the last row
+        list(range(BLOCK_ITEMS - 3, BLOCK_ITEMS + 40)),  # a run of dead rows across a block boundary
+        list(range(1, COUNT, 2)),  # every other row: live items' blocks span twice the rows
+        list(range(0, COUNT, 3)) + list(range(2 * BLOCK_ITEMS, 3 * BLOCK_ITEMS)),
+    ],
+    ids=["none", "first", "last", "run-across-blocks", "every-other", "mixed"],
+)
+def test_live_rows_of_a_chunk_of_several_blocks_decode_as_the_records_at_those_rows(
+    store: litstore.Store, dead: list[int]
+) -> None:
+    """A chunk's live items are decoded a block at a time from where each lies: never a neighbour's record,
+    whichever rows are dead around them and wherever a block of live items starts."""
+    import numpy as np
+
+    from litstore.read.decoded import DecodedChunk
+
+    head = store.head()
+    chunk = head.manifest().column("chunk")[0].as_py()
+    data = (Path(store.root) / chunk).read_bytes()
+    hashes = b"".join(
+        hashing.content_hash(codec.encode(record)) for record in _stored_order(store)
+    )  # every row's, in row order
+    live = np.setdiff1d(np.arange(COUNT), np.array(dead, dtype=np.int64))
+    decoded = DecodedChunk(data, chunk, hashes, None, live)
+    assert len(decoded) == len(live)
+    stored = _stored_order(store)
+    assert [decoded.take(item) for item in range(len(decoded))] == [stored[row] for row in live.tolist()]
+    # Each block decodes in one pass (no item falls back to being decoded alone, which would hide a wrong skip).
+    offsets = chunk_layout.item_offsets(data, chunk)
+    starts, ends = offsets[live], offsets[live + 1]
+    gaps = codec.framed_gaps(starts, ends)
+    for first in range(0, len(live), BLOCK_ITEMS):
+        block = slice(first, first + BLOCK_ITEMS)
+        assert codec.decode_framed_items(memoryview(data), starts[block], ends[block], gaps[block]) == [
+            stored[row] for row in live[block].tolist()
+        ]

@@ -541,19 +541,38 @@ def decode_framed(chunk: memoryview, offsets: Any) -> list[Any] | None:
     return _unpack_items(chunk, base, itertools.repeat(4), (offsets[1:] - base).tolist())
 
 
-def decode_framed_rows(chunk: memoryview, offsets: Any, rows: Any) -> list[Any] | None:
-    """:func:`decode_framed` of the items ``rows`` (increasing) of a chunk whose item offsets are ``offsets``.
+def framed_gaps(starts: Any, ends: Any) -> Any:
+    """The bytes to pass over before the payload of each item framed at ``chunk[starts[i]:ends[i]]`` (int64
+    arrays, increasing): its 4-byte size, and for each item after the first the bytes between the previous
+    item's end and its start (the dead items a deletion vector passes over).
 
-    The items between them (a deletion vector's dead rows) are passed over in the same
-    read: they cost no Python code, and are neither decoded nor checked. Returns
-    ``None`` when the items cannot be decoded this way (damage).
+    Computed once for a chunk's live items, so that :func:`decode_framed_items` of each block of them is
+    slices and no arithmetic.
     """
-    if not len(rows):
+    gaps = np.empty(len(starts), dtype=np.int64)
+    if len(starts):
+        gaps[0] = 0
+        np.subtract(starts[1:], ends[:-1], out=gaps[1:])
+        gaps += 4
+    return gaps
+
+
+def decode_framed_items(chunk: memoryview, starts: Any, ends: Any, gaps: Any) -> list[Any] | None:
+    """:func:`decode_framed` of items that need not be consecutive: item ``i`` framed at ``chunk[starts[i]:ends[i]]``.
+
+    ``starts`` and ``ends`` are int64 arrays, increasing and not overlapping; ``gaps``
+    is :func:`framed_gaps` of them, or the same slice of a longer run's (its first entry
+    is not used: the read starts at the first item). The bytes between items (a deletion
+    vector's dead rows) are passed over in the same read: they cost no Python code, and
+    are neither decoded nor checked. Returns ``None`` when the items cannot be decoded
+    this way (damage).
+    """
+    if not len(starts):
         return []
-    starts, ends = offsets[rows], offsets[rows + 1]
     base = int(starts[0])
-    gaps = starts - np.concatenate([[base], ends[:-1]]) + 4  # the bytes before each payload: its size, dead items
-    return _unpack_items(chunk, base, gaps.tolist(), (ends - base).tolist())
+    skips = gaps.tolist()
+    skips[0] = 4
+    return _unpack_items(chunk, base, skips, (ends - base).tolist())
 
 
 def _unpack_items(chunk: memoryview, base: int, gaps: Iterable[int], ends: list[int]) -> list[Any] | None:

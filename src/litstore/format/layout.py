@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import re
 import uuid
+from collections.abc import Sequence
 
 CONFIG = "litstore.json"
 VERSIONS = "versions"
@@ -82,6 +83,27 @@ def check_chunk(path: str) -> str:
     if match is None or match.group(1) != match.group(2):
         raise ValueError(f"{path!r} is not a chunk path of this store's layout")
     return path
+
+
+def check_chunks(paths: Sequence[str]) -> Sequence[str]:
+    """``paths`` if each names a chunk as litstore writes them (:func:`check_chunk`), else ``ValueError`` naming one
+    that does not.
+
+    Checked all at once by :func:`are_chunks` (a compaction's commit record drops 1,000 chunks after 1,000
+    small appends, and every process that opens the version reads it): a name holding a newline would
+    pass as two, so the number of newlines is checked too.
+    """
+    if not paths:
+        return paths
+    try:
+        joined = "\n".join(paths)
+    except TypeError:  # (not all strings)
+        joined = ""
+    if joined.count("\n") == len(paths) - 1 and are_chunks(joined):
+        return paths
+    for path in paths:  # (which one)
+        check_chunk(path)
+    return paths
 
 
 def are_chunks(joined: str) -> bool:

@@ -526,14 +526,14 @@ class Version(_Frozen):
             _check_split_name(split)
         for fragment in self.fragments:
             layout.check_transaction(fragment)
-        for chunk in self.dropped_chunks:
-            layout.check_chunk(chunk)
+        layout.check_chunks(self.dropped_chunks)
         for run in self.key_runs:
             if layout.key_run_number(run.path) > self.number:
                 raise ValueError(f"key run {run.path!r} is of a later version than {self.number}")
         _check_deletion_refs(self.deletions, self.number, None)
+        dropped = frozenset(self.dropped_chunks)
         for ref in self.deletions:
-            if ref.chunk in self.dropped_chunks:
+            if ref.chunk in dropped:
                 raise ValueError(f"chunk {ref.chunk} is both dropped and given a deletion vector")
         self._check_delta(transaction)
         return self
