@@ -77,10 +77,9 @@ class Tags(Mapping[str, int]):
         return len(self._names())
 
     def _names(self) -> list[str]:
-        """The tags this line sees, and the names of its own files under ``tags/`` (a stray one's lookup raises
-        ``KeyError``, which is how the CLI finds and names it)."""
-        storage = self._store.storage
-        return sorted({*log.visible_tags(storage), *log.tag_names(storage)})
+        """The tags this line sees, by name; a stray file under ``tags/`` is listed too, and its lookup raises
+        ``KeyError``, which is how the CLI finds and names it."""
+        return log.visible_tag_names(self._store.storage)
 
     def __repr__(self) -> str:
         return f"Tags({dict(self)!r})"

@@ -314,30 +314,34 @@ def _walk_chain(storage: Storage, version: Version, checkpoints: set[str]) -> tu
 
 
 def tag_names(storage: Storage) -> list[str]:
-    """The names of every tag of the line ``storage`` is (its own: :func:`visible_tags` also has its bases')."""
+    """The names of every tag of the line ``storage`` is (its own: :func:`visible_tag_names` also has its bases')."""
     return [name.removesuffix(".json") for name in storage.names(layout.TAGS) if name.endswith(".json")]
 
 
-def visible_tags(storage: Storage) -> dict[str, Tag]:
-    """Every tag a line sees: its own, and on a branch those of the lines it starts from that name a version of
-    its history (up to where it left each line); a nearer line's tag of a name shadows a farther one's. A file
-    under ``tags/`` that is no valid tag is left out (:class:`~litstore.tags.Tags` lists its name)."""
-    found: dict[str, Tag] = {}
-    lines = [*((view, newest) for _, view, newest in reversed(branched.base_lines(storage))), (storage, None)]
-    for view, newest in lines:
+def visible_tag_names(storage: Storage) -> list[str]:
+    """The names of every tag a line sees, sorted: the names of its own files under ``tags/`` (a stray one
+    included: its lookup fails), and on a branch the tags of the lines it starts from that name a version of
+    its history (up to where it left each line), as :func:`find_tag` resolves them: the nearest line holding
+    a name decides. A line's own names cost one listing; a base line's tags are read."""
+    names = set(tag_names(storage))
+    decided = set(names)
+    for _, view, newest in branched.base_lines(storage):
         for name in tag_names(view):
+            if name in decided:
+                continue
+            decided.add(name)
             try:
                 tag = read_tag(view, name)
             except VersionNotFoundError:
-                continue  # a stray file under tags/ (no valid tag name), or a tag deleted since the listing
-            if newest is None or tag.version <= newest:
-                found[name] = tag
-    return found
+                continue  # a stray file, or a tag deleted since the listing
+            if tag.version <= newest:
+                names.add(name)
+    return sorted(names)
 
 
 def find_tag(storage: Storage, name: str) -> Tag:
     """Tag ``name`` as a line sees it: its own, else (on a branch) a tag of a line it starts from that names a
-    version of its history (:func:`visible_tags`).
+    version of its history (:func:`visible_tag_names`).
 
     Raises:
         VersionNotFoundError: no such tag, or one of a base line naming a version this branch does not hold
