@@ -12,11 +12,13 @@ ones a killed writer left behind, for gc.
 from __future__ import annotations
 
 import contextlib
+import errno
 import mmap
 import os
 import re
 import shutil
 import stat
+import sys
 import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -28,6 +30,7 @@ from litstore.storage.base import FileInfo, LocalInput, Storage, check_path
 
 # The temporary file a write renames into place: ``.tmp-<32 hex>-<name>``.
 _TEMPORARY = re.compile(r"\.tmp-[0-9a-f]{32}-.+")
+_TREE_ATTEMPTS = 50  # walks of a tree being deleted while writers that have not seen it add files
 
 
 class LocalStorage(Storage):
@@ -329,12 +332,15 @@ class LocalStorage(Storage):
         top = self._full(prefix)
         if top.is_symlink() or not top.exists():
             return
-        try:
-            shutil.rmtree(top)  # rmtree does not follow links inside the tree
-        except FileNotFoundError:
-            pass
-        except OSError as exc:
-            raise StorageError(f"cannot delete {prefix!r} in {self.root}: {exc}") from exc
+        for attempt in range(_TREE_ATTEMPTS):
+            try:
+                _rmtree(top)
+                return
+            except OSError as exc:
+                # A writer that has not yet seen the deletion put a file in a directory rmtree had emptied
+                # (ENOTEMPTY): walk again; such a writer stops at its next check (confirm_commit).
+                if exc.errno != errno.ENOTEMPTY or attempt == _TREE_ATTEMPTS - 1:
+                    raise StorageError(f"cannot delete {prefix!r} in {self.root}: {exc}") from exc
 
     @contextmanager
     def staging(self, prefix: str) -> Iterator[str]:
@@ -346,6 +352,21 @@ class LocalStorage(Storage):
             raise StorageError(f"cannot create directory {prefix!r} in {self.root}: {exc}") from exc
         self._full(prefix)
         yield str(target)
+
+
+def _rmtree(top: Path) -> None:
+    """Remove the tree ``top`` (links inside it are removed, not followed); an entry someone else removed
+    meanwhile is what deleting wanted, anything else stops the deletion."""
+
+    def gone_is_fine(function: Any, path: str, error: Any) -> None:
+        exc = error if isinstance(error, BaseException) else error[1]  # onexc (3.12+) or onerror's exc_info
+        if not isinstance(exc, FileNotFoundError):
+            raise exc
+
+    if sys.version_info >= (3, 12):
+        shutil.rmtree(top, onexc=gone_is_fine)
+    else:
+        shutil.rmtree(top, onerror=gone_is_fine)
 
 
 def _temporary_beside(target: Path) -> Path:

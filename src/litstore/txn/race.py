@@ -108,6 +108,9 @@ def _created(head: VersionReader, version: Version) -> bool:
             return True
         if owner is not None:
             return False  # another writer's record holds the number: ours can never land
+        # A branch deleted meanwhile takes the directory the record was being written into with it:
+        # then nothing was committed, and saying so is certain.
+        branched.confirm_commit(head.storage, version.number)
         raise UncertainCommitError(
             f"creating the commit record of version {version.number} failed and it cannot be read back: "
             f"{exc}. It may have been created all the same; open the store again to see."
