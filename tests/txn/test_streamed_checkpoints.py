@@ -10,6 +10,7 @@ manifest in memory writes: the same rows, the same entries.
 from __future__ import annotations
 
 import io
+import threading
 import uuid
 from pathlib import Path
 from typing import Any
@@ -17,10 +18,12 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import litstore
+from litstore.errors import StorageError
 from litstore.format import keyrun
 from litstore.read.keyruns import RunReader
 from litstore.read.version import VersionReader
@@ -125,3 +128,34 @@ def test_a_run_writer_refuses_entries_out_of_order() -> None:
         assert "key-hash order" in str(exc)
     else:
         raise AssertionError("entries below the last hash were taken")
+
+
+def test_a_checkpoint_that_fails_in_its_thread_publishes_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The streamed checkpoint is written in a thread beside the key runs: its failure is the commit's, raised
+    after the runs are done, and no version names the files of the attempt."""
+    store = litstore.Store.create(tmp_path / "s", key="id", chunk_bytes=4096, checkpoint_interval=2)
+    store.append([_record(n) for n in range(2000)])
+    fresh = litstore.open(tmp_path / "s")  # holds no manifest: its checkpoint is streamed
+    real_writing = type(fresh.storage).writing
+    threads: list[str] = []
+
+    def failing_writing(self: Any, path: str) -> Any:
+        if path.endswith(".checkpoint.parquet"):
+            threads.append(threading.current_thread().name)
+            raise StorageError(f"cannot write {path!r}: disk full (injected)")
+        return real_writing(self, path)
+
+    monkeypatch.setattr(type(fresh.storage), "writing", failing_writing)
+    with pytest.raises(StorageError, match="disk full"):
+        fresh.append([_record(n) for n in range(2000, 2100)])
+    assert threads and threads[0].startswith("litstore-checkpoint")
+    monkeypatch.undo()
+
+    reopened = litstore.open(tmp_path / "s")
+    assert reopened.version.number == 1 and len(reopened) == 2000
+    reopened.append([_record(n) for n in range(2000, 2100)])  # the same commit again, now whole
+    assert reopened.version.number == 2 and reopened.version.checkpoint is not None
+    assert len(litstore.open(tmp_path / "s")) == 2100
+    assert litstore.open(tmp_path / "s").verify().ok

@@ -53,6 +53,18 @@ MAGIC = b"LSKRUN01"
 FILTERED_MAGIC = b"LSKRUN02"
 FOOTER = struct.Struct("<8sQIIII Q")
 ENTRY = np.dtype([("key_hash", "<u8"), ("chunk", "<u4"), ("row", "<u4"), ("content", "V16"), ("keyprint", "V16")])
+
+
+def take(entries: np.ndarray, index: np.ndarray) -> np.ndarray:
+    """``entries[index]`` (positions or a mask) for arrays of :data:`ENTRY`, gathered as whole 48-byte records.
+
+    numpy gathers a structured array with 16-byte void fields field by field: 0.39 s for a
+    million entries, against 0.06 s as plain records; merging runs is mostly such gathers.
+    """
+    taken: np.ndarray = np.ascontiguousarray(entries).view(f"V{ENTRY.itemsize}")[index].view(ENTRY)
+    return taken
+
+
 #: The chunk id of an entry that says its key was deleted.
 DELETED = 0xFFFFFFFF
 #: Entries in a page a writer makes: one page (12 KiB) is what a lookup reads of a run,
@@ -186,10 +198,16 @@ class RunWriter:
         if (self._last_hash is not None and int(hashes[0]) < self._last_hash) or bool(np.any(hashes[1:] < hashes[:-1])):
             raise ValueError("a run's entries must be added in key-hash order")
         self._last_hash = int(hashes[-1])
-        joined = np.concatenate([self._held, entries]) if len(self._held) else entries
-        whole = len(joined) // PAGE * PAGE
-        self._write_pages(joined[:whole])
-        self._held = joined[whole:].copy()
+        if len(self._held):  # the held page is filled first; the rest is written from ``entries`` as they are
+            need = PAGE - len(self._held)
+            self._held = np.concatenate([self._held, entries[:need]])
+            entries = entries[need:]
+            if len(self._held) < PAGE:
+                return
+            self._write_pages(self._held)
+        whole = len(entries) // PAGE * PAGE
+        self._write_pages(entries[:whole])
+        self._held = entries[whole:].copy()
 
     def _write_pages(self, entries: np.ndarray) -> None:
         if not len(entries):
@@ -383,11 +401,29 @@ def check_pages(path: str, tail: Tail, pages: Sequence[int], data: Sequence[byte
         IntegrityError: a page does not match its sum, is not sorted inside its fences,
             or names a chunk outside the table.
     """
+    return check_pages_within(path, tail, pages, data, page_bounds(tail, pages))
+
+
+def check_page_block(path: str, tail: Tail, pages: Sequence[int], block: bytes | memoryview) -> np.ndarray:
+    """:func:`check_pages` of consecutive pages read in one ``block``: their entries as one array, a view of
+    ``block`` (what a merge reads a range of key hashes by).
+
+    Raises:
+        IntegrityError: as :func:`check_pages`.
+    """
+    view = memoryview(block)
+    size = tail.page * ENTRY.itemsize
+    data = [view[index * size : (index + 1) * size] for index in range(len(pages))]
+    entries, _ = _checked_block(path, tail, pages, data, page_bounds(tail, pages), view)
+    return entries
+
+
+def page_bounds(tail: Tail, pages: Sequence[int]) -> PageBounds:
+    """What pages ``pages`` of the run with ``tail`` are checked against: the tail's fences and sums."""
     numbers = np.asarray(pages, dtype=np.int64)
     last = len(tail.fences) - 1
     following = np.where(numbers < last, tail.fences[np.minimum(numbers + 1, max(last, 0))], NO_BOUND)
-    bounds = PageBounds(tail.fences[numbers], tail.sums[numbers], following.astype(np.uint64))
-    return check_pages_within(path, tail, pages, data, bounds)
+    return PageBounds(tail.fences[numbers], tail.sums[numbers], following.astype(np.uint64))
 
 
 @dataclass(frozen=True)
@@ -415,7 +451,21 @@ def check_pages_within(
         IntegrityError: a page does not match its sum, is not sorted inside its fences,
             or names a chunk outside the table.
     """
-    checked = []
+    entries, ends = _checked_block(path, run, pages, data, bounds)
+    return np.split(entries, ends[:-1].tolist()) if len(data) > 1 else [entries] if data else []
+
+
+def _checked_block(
+    path: str,
+    run: Tail | Footer,
+    pages: Sequence[int],
+    data: Sequence[bytes | memoryview],
+    bounds: PageBounds,
+    joined: bytes | memoryview | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`check_pages_within`'s checks; the pages' entries as one array (``joined``, the pages' bytes end to
+    end if the caller has them so, else their bytes joined: each column is then read once for all pages, not
+    once a page), and where each page ends in it."""
     for page, page_data, page_sum in zip(pages, data, bounds.sums.tolist(), strict=True):
         expected = min(run.page, run.entries - page * run.page)
         if (
@@ -424,15 +474,19 @@ def check_pages_within(
             or xxhash.xxh3_64_intdigest(page_data) != page_sum
         ):
             raise IntegrityError(f"key run {path} page {page} does not match its checksum: it is damaged")
-        checked.append(np.frombuffer(page_data, dtype=ENTRY))
-    if not checked:
-        return checked
+    if not data:
+        return np.empty(0, dtype=ENTRY), np.empty(0, dtype=np.int64)
+    if joined is None:
+        joined = data[0] if len(data) == 1 else b"".join(data)
+    entries = np.frombuffer(joined, dtype=ENTRY)
+    if len(entries) * ENTRY.itemsize != sum(map(len, data)):
+        raise IntegrityError(f"key run {path}: pages {pages[0]}-{pages[-1]} were not read whole: it is damaged")
     numbers = np.asarray(pages, dtype=np.int64)
-    sizes = np.fromiter(map(len, checked), dtype=np.int64, count=len(checked))
+    sizes = np.fromiter((len(page_data) // ENTRY.itemsize for page_data in data), dtype=np.int64, count=len(data))
     ends = np.cumsum(sizes)
     starts = ends - sizes
-    hashes = np.concatenate([entries["key_hash"] for entries in checked])
-    unsorted = np.zeros(len(checked), dtype=bool)
+    hashes = entries["key_hash"]
+    unsorted = np.zeros(len(data), dtype=bool)
     descents = np.flatnonzero(hashes[1:] < hashes[:-1]) + 1  # where a hash is below the one before it
     inside = descents[~np.isin(descents, starts)]  # (across two pages that is no descent of either)
     unsorted[np.searchsorted(ends, inside, "right")] = True
@@ -441,9 +495,9 @@ def check_pages_within(
     if unsorted.any():
         page = int(numbers[np.argmax(unsorted)])
         raise IntegrityError(f"key run {path} page {page} is not sorted inside its fences: it is damaged")
-    chunks = np.concatenate([entries["chunk"] for entries in checked])
+    chunks = entries["chunk"]
     outside = np.flatnonzero((chunks >= run.chunk_count) & (chunks != DELETED))
     if len(outside):
         page = int(numbers[np.searchsorted(ends, outside[0], "right")])
         raise IntegrityError(f"key run {path} page {page} names a chunk outside its table: it is damaged")
-    return checked
+    return entries, ends

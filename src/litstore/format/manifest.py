@@ -274,18 +274,27 @@ def from_parquet(
 
 
 def row_groups_from_parquet(
-    data: bytes | BinaryIO, path: str, key_type: str, delta: bool, fields: dict[str, str] | None = None
+    data: bytes | BinaryIO,
+    path: str,
+    key_type: str,
+    delta: bool,
+    fields: dict[str, str] | None = None,
+    key_hash: bool = True,
 ) -> Iterator[pa.Table]:
     """:func:`from_parquet`, one row group at a time: every column, each group checked as that checks a file.
 
     For readers that stream every row of a large file (``sql()`` on a large version),
     holding one row group's rows (:data:`_SLICE_ROWS` as litstore writes them) at a time.
-    ``data``: the file's bytes, or the file open for reading.
+    ``data``: the file's bytes, or the file open for reading. ``key_hash=False``: the
+    groups come without the ``key_hash`` column, not derived (hashing every key of a
+    checkpoint was a fifth of writing the next one, which does not store them).
 
     Raises:
         IntegrityError: the file at ``path`` is damaged or does not have the manifest's columns.
     """
     expected = delta_schema(key_type, fields) if delta else schema(key_type, fields)
+    if not key_hash:
+        expected = expected.remove(expected.get_field_index("key_hash"))
     source = data if hasattr(data, "read") else pa.BufferReader(data)  # (a file is read a group at a time)
     try:
         file = pq.ParquetFile(source, read_dictionary=["split", "chunk"])
@@ -304,7 +313,8 @@ def row_groups_from_parquet(
 
 
 def _as_expected(table: pa.Table, expected: pa.Schema) -> pa.Table:
-    """``table`` as read from a file (dictionary-encoded strings, no ``key_hash``) in the ``expected`` schema.
+    """``table`` as read from a file (dictionary-encoded strings, no ``key_hash``) in the ``expected`` schema
+    (``key_hash`` derived if it has one).
 
     Raises:
         KeyError, ValueError, pa.ArrowException: a column is missing, or of a type that does not cast.
@@ -313,7 +323,8 @@ def _as_expected(table: pa.Table, expected: pa.Schema) -> pa.Table:
         field.with_type(field.type.value_type) if pa.types.is_dictionary(field.type) else field
         for field in table.schema
     ]
-    table = _with_key_hash(table.cast(pa.schema(plain)), expected.field("key").type)
+    derive = "key_hash" in expected.names
+    table = _with_key_hash(table.cast(pa.schema(plain)), expected.field("key").type, derive)
     return table.select(list(expected.names)).cast(expected)
 
 

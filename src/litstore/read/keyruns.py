@@ -330,11 +330,13 @@ class RunReader:
         return entries, list(tail.chunks)  # (concatenate copied them out of the pages)
 
     def between(self, low: int, high: int | None) -> np.ndarray:
-        """The checked entries whose key hashes are in ``[low, high)`` (``None``: no upper bound), copied out:
-        what a merge of runs too large to hold reads, one range of key hashes at a time.
+        """The checked entries whose key hashes are in ``[low, high)`` (``None``: no upper bound), in a buffer
+        of their own (not cached): what a merge of runs too large to hold reads, one range of key hashes at a
+        time. Read-only: a merge copies what it changes.
 
-        The pages that can hold the range are read in ranged reads of :data:`_READ_PAGES`
-        pages and checked together; none is kept (a range is read once).
+        The pages that can hold the range are read at once (in ranged reads of
+        :data:`_READ_PAGES` pages where reads are round trips, which run several at a
+        time) and checked together; none is kept (a range is read once).
 
         Raises:
             IntegrityError: a page does not pass its checks, or the run is missing.
@@ -343,20 +345,21 @@ class RunReader:
         fences = tail.fences
         first = max(int(np.searchsorted(fences, np.uint64(low), "left")) - 1, 0)
         stop = len(fences) if high is None else int(np.searchsorted(fences, np.uint64(high), "left"))
+        if stop <= first:
+            return np.empty(0, dtype=keyrun.ENTRY)
         size = tail.page * keyrun.ENTRY.itemsize
-        parts = []
-        for start in range(first, stop, _READ_PAGES):
-            numbers = list(range(start, min(start + _READ_PAGES, stop)))
-            begin, end = numbers[0] * size, min((numbers[-1] + 1) * size, tail.entries_bytes)
-            block = self._read([(begin, end)])[0]
-            data = [block[n * size - begin : min((n + 1) * size, tail.entries_bytes) - begin] for n in numbers]
-            for page in keyrun.check_pages(self._ref.path, tail, numbers, data):
-                hashes = page["key_hash"]
-                inside = hashes >= np.uint64(low)
-                if high is not None:
-                    inside &= hashes < np.uint64(high)
-                parts.append(page[inside])
-        return np.concatenate(parts) if parts else np.empty(0, dtype=keyrun.ENTRY)
+        step = _READ_PAGES if self._storage.concurrent_reads > 1 else stop - first
+        spans = [
+            (start * size, min(min(start + step, stop) * size, tail.entries_bytes))
+            for start in range(first, stop, step)
+        ]
+        blocks = self._read(spans)
+        block = blocks[0] if len(blocks) == 1 else b"".join(blocks)
+        entries = keyrun.check_page_block(self._ref.path, tail, range(first, stop), block)
+        hashes = entries["key_hash"]  # sorted across the pages (checked): the range is one slice
+        begin_at = int(np.searchsorted(hashes, np.uint64(low), "left"))
+        end_at = len(entries) if high is None else int(np.searchsorted(hashes, np.uint64(high), "left"))
+        return entries[begin_at:end_at]
 
     def find_many(self, hashes: np.ndarray, prints: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """For each key (its hash and keyprint), whether this run has an entry for it and which: a status

@@ -240,9 +240,15 @@ def read_manifest_file(
 
 
 def read_manifest_row_groups(
-    storage: Storage, config: StoreConfig, path: str, delta: bool, fields: dict[str, str] | None = None
+    storage: Storage,
+    config: StoreConfig,
+    path: str,
+    delta: bool,
+    fields: dict[str, str] | None = None,
+    key_hash: bool = True,
 ) -> Iterator[pa.Table]:
-    """:func:`read_manifest_file`, one row group at a time, each checked as that checks a whole file.
+    """:func:`read_manifest_file`, one row group at a time, each checked as that checks a whole file
+    (``key_hash=False``: without the ``key_hash`` column; see ``manifest.row_groups_from_parquet``).
 
     Nothing is read until the first group is asked for. Holds one decoded row group and
     the file's bytes (compressed: a few bytes a row), or locally the open file, read a
@@ -252,7 +258,7 @@ def read_manifest_row_groups(
         IntegrityError: the file is damaged or names a chunk outside the layout.
     """
     with storage.reading(path) as handle:
-        for table in manifest_format.row_groups_from_parquet(handle, path, config.key_type, delta, fields):
+        for table in manifest_format.row_groups_from_parquet(handle, path, config.key_type, delta, fields, key_hash):
             _check_chunk_names(table, path, delta)
             yield table
 

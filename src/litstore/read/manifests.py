@@ -20,7 +20,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from litstore.format import layout
+from litstore.format import hashing, layout
 from litstore.format import manifest as manifest_format
 from litstore.format.manifest import ChangeKind
 from litstore.format.models import StoreConfig, Version, declared_fields
@@ -195,8 +195,9 @@ def stream_manifest(
         pending, path = log.manifest_chain(storage, version, set(storage.names(layout.MANIFESTS)))
     full = manifest_format.schema(config.key_type, fields)
     target = full if columns is None else pa.schema([full.field(name) for name in columns])
-    deltas = [log.read_manifest_row_groups(storage, config, delta, True, fields) for delta in pending]
-    checkpoint = None if path is None else log.read_manifest_row_groups(storage, config, path, False, fields)
+    hashed = "key_hash" in target.names
+    deltas = [log.read_manifest_row_groups(storage, config, delta, True, fields, hashed) for delta in pending]
+    checkpoint = None if path is None else log.read_manifest_row_groups(storage, config, path, False, fields, hashed)
     return target, stream_compose(config.key_type, deltas, checkpoint, fields, columns)
 
 
@@ -209,10 +210,11 @@ def stream_compose(
 ) -> Iterator[pa.Table]:
     """The rows :func:`compose` gives for ``deltas`` (newest first) and ``checkpoint``, each given in parts.
 
-    Each delta and the checkpoint is an iterable of tables of whole rows (``key_hash``
-    included), a file's row groups, taken one at a time: a part's rows whose key a newer
-    delta mentions are left out, the rest (less deletions) yielded at once. What is held
-    beside one part is the keys and key hashes of the deltas read so far
+    Each delta and the checkpoint is an iterable of tables of whole rows, a file's row
+    groups, taken one at a time (without ``key_hash`` where ``columns`` leave it out: it
+    is then derived only for rows that may hide or be hidden): a part's rows whose key a
+    newer delta mentions are left out, the rest (less deletions) yielded at once. What is
+    held beside one part is the keys and key hashes of the deltas read so far
     (:class:`MentionedKeys`: O(rows since the checkpoint), never a table of the
     version); those of the last file are not kept, nor those of added rows: an added key
     is one the parent did not hold, so no older file has a live row of it that a newer
@@ -227,11 +229,12 @@ def stream_compose(
         found: list[tuple[pa.Array, np.ndarray]] = []
         for part in delta:
             if len(mentioned):
+                part = _hashed(part)
                 gone = mentioned.marks(part)
                 if gone.any():
                     part = part.filter(pa.array(~gone))
             if keep_keys:
-                hiding = without_change(part, ChangeKind.ADDED)
+                hiding = _hashed(without_change(part, ChangeKind.ADDED))
                 found.append((_one_array(hiding.column("key")), _one_array(hiding.column("key_hash")).to_numpy()))
             kept = without_change(part, ChangeKind.DELETED)
             if kept.num_rows:
@@ -241,11 +244,19 @@ def stream_compose(
     if checkpoint is not None:
         for part in checkpoint:
             if len(mentioned):
+                part = _hashed(part)
                 gone = mentioned.marks(part)
                 if gone.any():
                     part = part.filter(pa.array(~gone))
             if part.num_rows:
                 yield part.select(target.names).cast(target)
+
+
+def _hashed(part: pa.Table) -> pa.Table:
+    """``part`` with its ``key_hash`` column, derived from its keys if it was read without one."""
+    if "key_hash" in part.column_names:
+        return part
+    return part.append_column("key_hash", pa.array(hashing.key_hash_array(part.column("key")), pa.uint64()))
 
 
 class MentionedKeys:

