@@ -414,7 +414,13 @@ def check_page_block(path: str, tail: Tail, pages: Sequence[int], block: bytes |
     view = memoryview(block)
     size = tail.page * ENTRY.itemsize
     data = [view[index * size : (index + 1) * size] for index in range(len(pages))]
-    entries, _ = _checked_block(path, tail, pages, data, page_bounds(tail, pages), view)
+    bounds = page_bounds(tail, pages)
+    _check_sums(path, tail, pages, data, bounds)
+    if not data:
+        return np.empty(0, dtype=ENTRY)
+    sizes = np.fromiter((len(page_data) // ENTRY.itemsize for page_data in data), dtype=np.int64, count=len(data))
+    entries = np.frombuffer(view[: int(sizes.sum()) * ENTRY.itemsize], dtype=ENTRY)  # (lengths checked above)
+    _check_order(path, tail, pages, sizes, entries["key_hash"], entries["chunk"], bounds)
     return entries
 
 
@@ -451,21 +457,20 @@ def check_pages_within(
         IntegrityError: a page does not match its sum, is not sorted inside its fences,
             or names a chunk outside the table.
     """
-    entries, ends = _checked_block(path, run, pages, data, bounds)
-    return np.split(entries, ends[:-1].tolist()) if len(data) > 1 else [entries] if data else []
+    _check_sums(path, run, pages, data, bounds)
+    checked = [np.frombuffer(page_data, dtype=ENTRY) for page_data in data]  # views of what was read
+    if checked:
+        sizes = np.fromiter(map(len, checked), dtype=np.int64, count=len(checked))
+        hashes = np.concatenate([entries["key_hash"] for entries in checked])
+        chunks = np.concatenate([entries["chunk"] for entries in checked])
+        _check_order(path, run, pages, sizes, hashes, chunks, bounds)
+    return checked
 
 
-def _checked_block(
-    path: str,
-    run: Tail | Footer,
-    pages: Sequence[int],
-    data: Sequence[bytes | memoryview],
-    bounds: PageBounds,
-    joined: bytes | memoryview | None = None,
-) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`check_pages_within`'s checks; the pages' entries as one array (``joined``, the pages' bytes end to
-    end if the caller has them so, else their bytes joined: each column is then read once for all pages, not
-    once a page), and where each page ends in it."""
+def _check_sums(
+    path: str, run: Tail | Footer, pages: Sequence[int], data: Sequence[bytes | memoryview], bounds: PageBounds
+) -> None:
+    """Raise :class:`IntegrityError` unless each page's bytes are as long as it must be and match its sum."""
     for page, page_data, page_sum in zip(pages, data, bounds.sums.tolist(), strict=True):
         expected = min(run.page, run.entries - page * run.page)
         if (
@@ -474,19 +479,23 @@ def _checked_block(
             or xxhash.xxh3_64_intdigest(page_data) != page_sum
         ):
             raise IntegrityError(f"key run {path} page {page} does not match its checksum: it is damaged")
-    if not data:
-        return np.empty(0, dtype=ENTRY), np.empty(0, dtype=np.int64)
-    if joined is None:
-        joined = data[0] if len(data) == 1 else b"".join(data)
-    entries = np.frombuffer(joined, dtype=ENTRY)
-    if len(entries) * ENTRY.itemsize != sum(map(len, data)):
-        raise IntegrityError(f"key run {path}: pages {pages[0]}-{pages[-1]} were not read whole: it is damaged")
+
+
+def _check_order(
+    path: str,
+    run: Tail | Footer,
+    pages: Sequence[int],
+    sizes: np.ndarray,
+    hashes: np.ndarray,
+    chunks: np.ndarray,
+    bounds: PageBounds,
+) -> None:
+    """Raise :class:`IntegrityError` unless the pages (``sizes`` entries each, their key hashes and chunk ids
+    end to end) are sorted inside their fences and name chunks of the run's table."""
     numbers = np.asarray(pages, dtype=np.int64)
-    sizes = np.fromiter((len(page_data) // ENTRY.itemsize for page_data in data), dtype=np.int64, count=len(data))
     ends = np.cumsum(sizes)
     starts = ends - sizes
-    hashes = entries["key_hash"]
-    unsorted = np.zeros(len(data), dtype=bool)
+    unsorted = np.zeros(len(sizes), dtype=bool)
     descents = np.flatnonzero(hashes[1:] < hashes[:-1]) + 1  # where a hash is below the one before it
     inside = descents[~np.isin(descents, starts)]  # (across two pages that is no descent of either)
     unsorted[np.searchsorted(ends, inside, "right")] = True
@@ -495,9 +504,7 @@ def _checked_block(
     if unsorted.any():
         page = int(numbers[np.argmax(unsorted)])
         raise IntegrityError(f"key run {path} page {page} is not sorted inside its fences: it is damaged")
-    chunks = entries["chunk"]
     outside = np.flatnonzero((chunks >= run.chunk_count) & (chunks != DELETED))
     if len(outside):
         page = int(numbers[np.searchsorted(ends, outside[0], "right")])
         raise IntegrityError(f"key run {path} page {page} names a chunk outside its table: it is damaged")
-    return entries, ends
