@@ -18,8 +18,11 @@ import pytest
 
 import litstore
 from litstore.format import layout
+from litstore.format import manifest as manifest_format
 from litstore.read import manifests
+from litstore.read import version as version_module
 from litstore.storage import Storage
+from litstore.txn.checkpoint import write_checkpoint
 
 
 class _GcOnRead:
@@ -104,3 +107,32 @@ def test_a_manifest_streamed_while_gc_expires_its_chain_is_the_kept_versions(
     schema, tables = manifests.stream_manifest(racing, store.config, 6)  # type: ignore[arg-type]
 
     assert _rows(pa.concat_tables([table.cast(schema) for table in tables])) == expected
+
+
+@pytest.mark.parametrize("call", ["sql", "keys", "checkpoint"])
+def test_a_manifest_streamed_whole_while_gc_removes_its_deltas_is_the_kept_versions(
+    make_store: Callable[..., litstore.Store], monkeypatch: pytest.MonkeyPatch, call: str
+) -> None:
+    """``sql()``, ``keys()`` and a streamed checkpoint read every row of the chain before they answer: gc
+    removing a delta of it once the walk is done (having checkpointed the kept version) means walking again,
+    not a MissingFileError."""
+    store = _store(make_store)
+    expected = _rows(manifests.compose_manifest(store.storage, store.config, 6))
+    trigger = lambda path: path.startswith(f"{layout.MANIFESTS}/") and path.endswith(".parquet")  # noqa: E731
+    racing = _GcOnRead(store.storage, trigger, _gc(store))
+    monkeypatch.setattr(version_module, "STREAMED_ROWS", 0)  # stream even this small version
+    reader = version_module.VersionReader(racing, store.config, store.at(6).version)  # type: ignore[arg-type]
+
+    if call == "sql":
+        got = reader.sql("SELECT key, content_hash, chunk, row FROM manifest")
+        assert _rows(got) == expected
+    elif call == "keys":
+        assert reader.keys() == sorted(row[0] for row in expected)
+    else:
+        empty = manifest_format.delta_schema(store.config.key_type).empty_table()
+        path = layout.manifest_checkpoint(7, "0" * 32)
+        write_checkpoint(reader, empty, path)
+        written = manifest_format.from_parquet(store.storage.read(path), path, store.config.key_type, False)
+        assert _rows(written) == expected
+    assert racing._action is None  # gc ran in the middle
+    assert [version.number for version in litstore.open(store.root).versions()] == [6]

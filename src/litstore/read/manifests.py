@@ -14,7 +14,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import Any, TypeAlias
+from typing import Any, TypeAlias, TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -29,6 +29,8 @@ from litstore.storage import MissingFileError, Storage
 
 #: Marks the rows of a table (``key``, ``key_hash``) whose keys newer deltas mention.
 Superseded: TypeAlias = Callable[[pa.Table], np.ndarray]
+_Result = TypeVar("_Result")
+
 #: A checkpoint to compose on: none, a table, or a function that reads one, given what the deltas superseded.
 Checkpoint: TypeAlias = pa.Table | Callable[[Superseded | None], pa.Table | None] | None
 
@@ -199,6 +201,29 @@ def stream_manifest(
     deltas = [log.read_manifest_row_groups(storage, config, delta, True, fields, hashed) for delta in pending]
     checkpoint = None if path is None else log.read_manifest_row_groups(storage, config, path, False, fields, hashed)
     return target, stream_compose(config.key_type, deltas, checkpoint, fields, columns)
+
+
+def consume_manifest(
+    storage: Storage,
+    config: StoreConfig,
+    number: int,
+    consume: Callable[[pa.Schema, Iterator[pa.Table]], _Result],
+    columns: Sequence[str] | None = None,
+) -> _Result:
+    """``consume(*stream_manifest(...))``, once more if gc removed a file of the version's chain meanwhile.
+
+    gc checkpoints a version it keeps before it removes the deltas of versions it expires,
+    so a walk made after the removal finds that checkpoint; ``consume`` must take every
+    table before it returns (``sql()``, ``keys()``), so nothing was handed out twice.
+
+    Raises:
+        VersionNotFoundError: gc expired the version itself.
+        IntegrityError: a manifest file or commit record is damaged.
+    """
+    try:
+        return consume(*stream_manifest(storage, config, number, columns))
+    except MissingFileError:
+        return consume(*stream_manifest(storage, config, number, columns))
 
 
 def stream_compose(

@@ -39,7 +39,7 @@ from litstore.read.deletions import Deletions
 from litstore.read.groups import by_chunk, chunk_order, chunk_runs
 from litstore.read.keyindex import KeyIndex
 from litstore.read.keyruns import RunReader
-from litstore.read.manifests import ManifestCache, compose_manifest, keys_at, stream_manifest
+from litstore.read.manifests import ManifestCache, compose_manifest, consume_manifest, keys_at
 from litstore.read.memory import release_freed
 from litstore.storage import Storage
 
@@ -265,8 +265,12 @@ class VersionReader:
         manifest = self._manifest_if_small()
         if manifest is not None:
             return query.query(sql, {"manifest": manifest})
-        schema, parts = stream_manifest(self._storage, self._config, self._version.number)
-        return query.query_streamed(sql, "manifest", schema, parts)
+        return consume_manifest(
+            self._storage,
+            self._config,
+            self._version.number,
+            lambda schema, parts: query.query_streamed(sql, "manifest", schema, parts),
+        )
 
     def chunks(self) -> dict[str, list[ChunkInfo]]:
         """The chunks of each split of this version, as its litdata index files list them."""
@@ -628,8 +632,13 @@ class VersionReader:
         if manifest is not None:
             column = manifest.column("key")
         else:
-            schema, parts = stream_manifest(self._storage, self._config, self._version.number, ["key"])
-            column = pa.chunked_array([chunk for part in parts for chunk in part.column("key").chunks], schema[0].type)
+
+            def keys_of(schema: pa.Schema, parts: Iterator[pa.Table]) -> pa.ChunkedArray:
+                return pa.chunked_array(
+                    [chunk for part in parts for chunk in part.column("key").chunks], schema[0].type
+                )
+
+            column = consume_manifest(self._storage, self._config, self._version.number, keys_of, ["key"])
         return list(column.take(pc.sort_indices(column)).to_pylist())
 
     def items(self) -> Iterator[tuple[Key, Record]]:

@@ -177,6 +177,8 @@ class LocalStorage(Storage):
             with handle:
                 yield handle
             os.replace(temporary, target)
+        except StorageError:
+            raise  # the block's own (a file it read is missing): as it was, not as a failed write
         except OSError as exc:
             raise StorageError(f"cannot write {path!r} in {self.root}: {exc}") from exc
         finally:

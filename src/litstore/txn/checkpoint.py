@@ -17,6 +17,7 @@ from collections.abc import Iterable
 
 import pyarrow as pa
 
+from litstore.errors import MissingFileError
 from litstore.format import layout
 from litstore.format import manifest as manifest_format
 from litstore.format.models import declared_fields
@@ -27,11 +28,21 @@ from litstore.read.version import VersionReader
 def write_checkpoint(head: VersionReader, delta: pa.Table, path: str) -> int:
     """Write at ``path`` the manifest of the version ``delta`` makes of ``head``'s; the rows written.
 
+    Written again from a fresh walk of the chain if gc removed one of its files meanwhile
+    (gc checkpoints the versions it keeps before it removes what only expired ones need).
+
     Raises:
         VersionNotFoundError: gc expired a version of the head's chain.
         IntegrityError: a file of the chain is damaged.
         StorageError: the checkpoint cannot be written (nothing is published).
     """
+    try:
+        return _write_checkpoint(head, delta, path)
+    except MissingFileError:
+        return _write_checkpoint(head, delta, path)
+
+
+def _write_checkpoint(head: VersionReader, delta: pa.Table, path: str) -> int:
     storage, config, parent = head.storage, head.config, head.version
     fields = declared_fields(config, parent)
     pending: list[str] = []
