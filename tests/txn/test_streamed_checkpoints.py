@@ -25,6 +25,7 @@ from hypothesis import strategies as st
 import litstore
 from litstore.errors import StorageError
 from litstore.format import keyrun
+from litstore.read import keyruns as read_keyruns
 from litstore.read.keyruns import RunReader
 from litstore.read.version import VersionReader
 from litstore.txn import keyruns
@@ -148,9 +149,11 @@ def test_a_checkpoint_that_fails_in_its_thread_publishes_nothing(
         return real_writing(self, path)
 
     monkeypatch.setattr(type(fresh.storage), "writing", failing_writing)
+    before = _metadata_files(tmp_path / "s")
     with pytest.raises(StorageError, match="disk full"):
         fresh.append([_record(n) for n in range(2000, 2100)])
     assert threads and threads[0].startswith("litstore-checkpoint")
+    assert _metadata_files(tmp_path / "s") == before  # the attempt's delta, runs and indexes removed again
     monkeypatch.undo()
 
     reopened = litstore.open(tmp_path / "s")
@@ -159,3 +162,34 @@ def test_a_checkpoint_that_fails_in_its_thread_publishes_nothing(
     assert reopened.version.number == 2 and reopened.version.checkpoint is not None
     assert len(litstore.open(tmp_path / "s")) == 2100
     assert litstore.open(tmp_path / "s").verify().ok
+
+
+def test_a_damaged_page_met_by_a_checkpoint_merge_is_an_integrity_error_and_nothing_is_committed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The full key run a checkpoint merges reads every page of the parent's runs by ranges: a page that does not
+    match its sum stops the commit (IntegrityError naming the run), it is never merged into the new run."""
+    monkeypatch.setattr(read_keyruns, "WHOLE_RUN", 0)  # every run read by ranges, as large runs are
+    store = litstore.Store.create(tmp_path / "s", key="id", chunk_bytes=4096, checkpoint_interval=2)
+    store.append([_record(n) for n in range(3000)])
+    run = store.version.key_runs[0]
+    path = Path(store.root) / run.path
+    data = bytearray(path.read_bytes())
+    data[len(data) // 3] ^= 0x01  # inside the entries, far from the footer and filter
+    path.write_bytes(bytes(data))
+
+    fresh = litstore.open(tmp_path / "s")
+    before = _metadata_files(tmp_path / "s")
+    with pytest.raises(litstore.IntegrityError, match=f"key run {run.path} page .* checksum"):
+        fresh.append([_record(3000)])  # version 2 writes a checkpoint and one run of every record
+    assert litstore.open(tmp_path / "s").version.number == 1
+    assert _metadata_files(tmp_path / "s") == before  # nothing of the attempt is left but its staged fragment
+
+
+def _metadata_files(root: Path) -> set[str]:
+    """The store's files outside fragments/ (staged data is kept for a retry; see txn.commit)."""
+    return {
+        path.relative_to(root).as_posix()
+        for path in root.rglob("*")
+        if path.is_file() and not path.relative_to(root).as_posix().startswith("fragments/")
+    }

@@ -70,6 +70,7 @@ from litstore.txn.stage import Moved, StagedFragment, discard, write_fragment
 
 if TYPE_CHECKING:
     from litstore.read.version import VersionReader
+    from litstore.storage import Storage
 
 _MAX_ATTEMPTS = 200
 
@@ -280,12 +281,36 @@ def publish(
             files this call wrote are removed again, the staged fragments are kept.
         UncertainCommitError: whether the commit record was created is unknown;
             nothing is removed.
+        IntegrityError, StorageError: a file read was damaged or a write failed before the record was
+            created: the files this call wrote are removed again (nothing names them).
     """
+    written: list[str] = []  # what this attempt wrote: removed again unless its record is created
+    try:
+        version, listing, delta, full = _write_version(head, current, moves, operation, message, metadata, written)
+    except BaseException:
+        _remove(head.storage, written)  # no record names them (a damaged file met, a failed write, ^C)
+        raise
+    if not race.put_commit_record(head, version):
+        _remove(head.storage, written)
+        raise ConflictError(f"version {version.number} was committed by another writer first")
+    return version, listing, _composer(head, delta, full)
+
+
+def _write_version(
+    head: VersionReader,
+    current: Plan,
+    moves: StagedFragment | None,
+    operation: Operation,
+    message: str | None,
+    metadata: dict[str, Any] | None,
+    written: list[str],
+) -> tuple[Version, VersionListing | None, pa.Table, pa.Table | None]:
+    """:func:`publish`'s files, each added to ``written`` as it is written; the version whose record would name
+    them, its listing, its delta and (where composed) its full manifest."""
     storage, config, parent = head.storage, head.config, head.version
     number = parent.number + 1
     transaction = layout.new_transaction()
     delta = _delta(config.key_type, number, current, declared_fields(config, parent))
-    written: list[str] = []
     manifest_path = layout.manifest_delta(number, transaction)
     delta_file = delta
     if config.writes_deletion_vectors:  # what a diff needs of the rows it replaces: no key-run lookup
@@ -399,14 +424,14 @@ def publish(
         listed_by_delta=by_delta,
         added_chunks=added,
     )
-    if not race.put_commit_record(head, version):
-        for path in written:
-            try:
-                storage.delete(path)
-            except StorageError:
-                pass  # an unreferenced file: gc removes it; the lost race is what matters
-        raise ConflictError(f"version {number} was committed by another writer first")
-    return version, listing, _composer(head, delta, full)
+    return version, listing, delta, full
+
+
+def _remove(storage: Storage, paths: list[str]) -> None:
+    """Remove the files of an attempt that published nothing (best effort: gc removes what is left)."""
+    for path in paths:
+        with contextlib.suppress(StorageError):
+            storage.delete(path)
 
 
 def _deletions(
