@@ -182,24 +182,31 @@ class BranchStorage(Storage):
                 committed (not a :class:`ConflictError`: trying again cannot succeed).
             UncertainCommitError: the branch record could not be read to tell.
         """
-        if not self.owns(number):
-            return
-        try:
-            current: Branch | None = read_branch(self.root, self.branch)
-        except VersionNotFoundError:
-            current = None
-        except StorageError as exc:
-            raise UncertainCommitError(
-                f"version {number} of branch {self.branch!r} was created, but the branch record cannot be read to "
-                f"see whether the branch was deleted meanwhile: {exc}. Open the store again to see"
-            ) from exc
-        if current == self.record:
+        if not self.owns(number) or self.unchanged(number):
             return
         self.root.delete(self._map(layout.version_record(number)))
         raise VersionNotFoundError(
             f"there is no branch {self.branch!r}: it was deleted while version {number} was being committed to it. "
             "Nothing was committed (gc removes the staged files)"
         )
+
+    def unchanged(self, number: int) -> bool:
+        """Whether the branch is still the one this view was opened on (not deleted, nor deleted and made again),
+        asked while committing version ``number``; nothing is removed.
+
+        Raises:
+            UncertainCommitError: the branch record could not be read to tell.
+        """
+        try:
+            current: Branch | None = read_branch(self.root, self.branch)
+        except VersionNotFoundError:
+            current = None
+        except StorageError as exc:
+            raise UncertainCommitError(
+                f"version {number} of branch {self.branch!r} was being committed, but the branch record cannot be "
+                f"read to see whether the branch was deleted meanwhile: {exc}. Open the store again to see"
+            ) from exc
+        return current == self.record
 
     # -- the contract, path by path ------------------------------------------------
 

@@ -108,9 +108,15 @@ def _created(head: VersionReader, version: Version) -> bool:
             return True
         if owner is not None:
             return False  # another writer's record holds the number: ours can never land
-        # A branch deleted meanwhile takes the directory the record was being written into with it:
-        # then nothing was committed, and saying so is certain.
-        branched.confirm_commit(head.storage, version.number)
+        # A branch deleted meanwhile takes the directory the record was being written into with it: then
+        # nothing was committed, and saying so is certain. Nothing is removed here: the path may hold another
+        # writer's record by now (a branch made again under the name).
+        storage = head.storage
+        if isinstance(storage, branched.BranchStorage) and not storage.unchanged(version.number):
+            raise VersionNotFoundError(
+                f"there is no branch {storage.branch!r}: it was deleted while version {version.number} was being "
+                f"committed to it ({exc}). Nothing was committed (gc removes the staged files)"
+            ) from exc
         raise UncertainCommitError(
             f"creating the commit record of version {version.number} failed and it cannot be read back: "
             f"{exc}. It may have been created all the same; open the store again to see."
