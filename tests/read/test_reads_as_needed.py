@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 
 import litstore
-from litstore import cli
+from litstore.cli import history, inspect
 from litstore.ops.diff import Diff
 from litstore.read.version import VersionReader
 from litstore.storage.local import LocalStorage
@@ -296,11 +296,11 @@ def _without_times(document: Any) -> Any:
 @pytest.mark.parametrize(
     ("command", "version", "allowed"),
     [
-        pytest.param(cli.log, None, set(), id="log"),
-        pytest.param(cli.show, None, {"split index"}, id="show"),
-        pytest.param(cli.show, "first", {"split index"}, id="show-tag"),
-        pytest.param(cli.show, str(DELETED), {"split index"}, id="show-number"),
-        pytest.param(cli.tags, None, set(), id="tags"),
+        pytest.param(inspect.log, None, set(), id="log"),
+        pytest.param(inspect.show, None, {"split index"}, id="show"),
+        pytest.param(inspect.show, "first", {"split index"}, id="show-tag"),
+        pytest.param(inspect.show, str(DELETED), {"split index"}, id="show-number"),
+        pytest.param(history.tags, None, set(), id="tags"),
     ],
 )
 def test_log_show_and_tags_read_commit_records_tags_and_the_config(
@@ -318,7 +318,7 @@ def test_log_show_and_tags_read_commit_records_tags_and_the_config(
     document = _cli(command, capsys, *arguments)
     assert reads.kinds() <= {"config", "head hint", "record", "tag"} | allowed, reads.files
     assert set(reads.listed) <= {"versions", "tags"} and not reads.built
-    if command is cli.show:
+    if command is inspect.show:
         number = document["number"]
         assert reads.paths("record") == {f"versions/{number:08d}.json", f"versions/{UPSERTED:08d}.json"}
         assert {path.split("/")[1] for path in reads.paths("split index")} <= {
