@@ -106,7 +106,7 @@ def test_a_held_manifest_is_queried_in_place(history: litstore.Store, monkeypatc
     store = litstore.open(history.root)
     manifest = store.manifest()  # composed and held: no reason to stream it again
     monkeypatch.setattr(version_module, "STREAMED_ROWS", 0)
-    monkeypatch.setattr(version_module, "stream_manifest", None)  # calling it would raise
+    monkeypatch.setattr(version_module, "consume_manifest", None)  # calling it would raise
     assert store.sql("SELECT count(*) AS n FROM manifest").to_pylist() == [{"n": manifest.num_rows}]
     assert store.keys() == sorted(manifest.column("key").to_pylist())
 
