@@ -253,7 +253,7 @@ def pair_hashes(keys: pa.Array | pa.ChunkedArray, contents: pa.Array | pa.Chunke
         keys = pa.FixedSizeBinaryArray.from_buffers(pa.binary(8), len(keys), [None, pa.py_buffer(raw)])
     fixed = _fixed_width(keys)
     if fixed is not None and fixed.shape[1] + 16 <= xxh3.MIDSIZE_MAX:
-        return _fixed_pair_hashes(fixed, contents)
+        return fixed_pair_hashes(fixed, contents)
     no_offsets = pa.py_buffer(np.zeros(2, dtype=np.int64))
     empty = pa.LargeBinaryArray.from_buffers(pa.large_binary(), 1, [None, no_offsets, pa.py_buffer(b"")])[0]
     pairs = pc.binary_join_element_wise(keys.cast(pa.large_binary()), contents.cast(pa.large_binary()), empty)
@@ -278,8 +278,9 @@ def _fixed_width(keys: pa.Array) -> np.ndarray | None:
     return data[int(offsets[0]) : int(offsets[-1])].reshape(-1, width)
 
 
-def _fixed_pair_hashes(keys: np.ndarray, contents: pa.Array) -> np.ndarray:
-    """:func:`pair_hashes` of keys all ``width`` bytes long (the rows of ``keys``): their inputs laid out at a fixed
+def fixed_pair_hashes(keys: np.ndarray, contents: pa.Array) -> np.ndarray:
+    """:func:`pair_hashes` of keys all ``width`` bytes long (the rows of ``keys``, text keys' UTF-8 bytes or int
+    keys' 8 little-endian bytes; a strided view will do) and ``contents``: their inputs laid out at a fixed
     stride in one array, which :func:`litstore.format.xxh3.hash128` reads without gathering (half the cost of
     joining them with Arrow and hashing inputs of any length)."""
     count, width = keys.shape

@@ -43,7 +43,8 @@ and msgpack hold the GIL for small items, so threads would not run them side by 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -177,6 +178,7 @@ def verify(
     split_parts = num_workers > 0 and bool(listings) and storage.local_path(listings[0][1].filename) is not None
     parts = verify_stored.parts_of([chunk for _, chunk in listings], split_parts)
     dead_rows = verify_deletions.DeadRows(storage, version, listings)
+    digest = verify_index.index_digest(config, version)
     found_counts: dict[str, int] = {}
     missing_chunks: list[str] = []
     damaged_chunks: list[tuple[str, str]] = []
@@ -184,14 +186,19 @@ def verify(
     data_fingerprint = 0
     with contextlib.ExitStack() as stack:
         pool = stack.enter_context(verify_stored.worker_pool(num_workers)) if num_workers else None
-        if pool is None:
+        summed = None
+        read: Iterator[verify_stored.StoredPart]
+        if pool is None:  # the key runs summed in a thread while the manifest streams in here
+            if digest is not None:
+                thread = stack.enter_context(ThreadPoolExecutor(1, thread_name_prefix="litstore-verify"))
+                summed = verify_index.sum_key_runs(storage, version, names, digest, thread)
             read = verify_stored.read_parts(storage, parts, config.key, config.key_type, None)
-            listed = verify_listed.read_listed(storage, config, version, names)
+            listed = verify_listed.read_listed(storage, config, version, names, digest=digest)
         else:  # the manifest in one worker while the others read chunks
-            reading = pool.submit(verify_listed.read_listed_and_names, storage, config, version, names)
+            reading = pool.submit(verify_listed.read_listed_and_names, storage, config, version, names, digest)
             read = verify_stored.read_parts(storage, parts, config.key, config.key_type, pool)
             listed, names = reading.result()
-        index_problems = verify_index.check_key_index(storage, config, version, listed, names)
+        index_problems = verify_index.check_key_index(storage, config, version, listed, names, summed)
         matcher = _Matcher(listed, listing_chunks, listing_splits)
         sidecars = verify_index.Sidecars(storage, listings, config.writes_key_runs)
         bar = stack.enter_context(tqdm(total=len(listings), desc="verifying", unit="chunk", disable=not progress))

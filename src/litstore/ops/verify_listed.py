@@ -364,12 +364,20 @@ def key_hashes_of(prints: np.ndarray) -> np.ndarray:
     return _as_words(prints)[:, 0].copy()
 
 
-def read_listed(storage: Storage, config: StoreConfig, version: Version, names: Names, detail: bool = False) -> Listed:
+def read_listed(
+    storage: Storage,
+    config: StoreConfig,
+    version: Version,
+    names: Names,
+    detail: bool = False,
+    digest: IndexDigest | None = None,
+) -> Listed:
     """Stream ``version``'s manifest files into fixed columns (see the module docstring).
 
-    For a version with key runs, the rows' :class:`IndexDigest` terms are summed as they
-    stream past; with ``detail``, what each row's index entry must hold is kept instead
-    (:class:`Indexed`, 40 bytes more a row), to name the rows that disagree.
+    For a version with key runs, the rows' :class:`IndexDigest` terms (``digest``'s, or
+    a new one's) are summed as they stream past; with ``detail``, what each row's index
+    entry must hold is kept instead (:class:`Indexed`, 40 bytes more a row), to name the
+    rows that disagree.
 
     Raises:
         VersionNotFoundError: gc expired a version of its chain.
@@ -381,7 +389,7 @@ def read_listed(storage: Storage, config: StoreConfig, version: Version, names: 
         files = [(path, True) for path in deltas] + ([(checkpoint, False)] if checkpoint else [])
     indexed = detail and config.writes_key_runs
     run_hashed = config.writes_key_runs and bool(version.key_runs)
-    digest = IndexDigest() if run_hashed and not detail else None
+    digest = (digest or IndexDigest()) if run_hashed and not detail else None
     index_sum = 0
     shapes = dict(_SHAPES) if indexed else {name: _SHAPES[name] for name in ("key_hash", "pair", "location", "split")}
     if not run_hashed:
@@ -455,10 +463,10 @@ def content_rows(column: pa.ChunkedArray) -> np.ndarray:
 
 
 def read_listed_and_names(
-    storage: Storage, config: StoreConfig, version: Version, names: Names
+    storage: Storage, config: StoreConfig, version: Version, names: Names, digest: IndexDigest | None
 ) -> tuple[Listed, Names]:
     """:func:`read_listed`, and ``names`` as it left them: for a worker process, whose ``names`` is a copy."""
-    return read_listed(storage, config, version, names), names
+    return read_listed(storage, config, version, names, digest=digest), names
 
 
 def _is_change(column: pa.ChunkedArray, kind: ChangeKind) -> np.ndarray:
