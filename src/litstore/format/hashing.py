@@ -293,7 +293,15 @@ def fixed_pair_hashes(keys: np.ndarray, contents: pa.Array) -> np.ndarray:
 
 def digest_sum(digests: np.ndarray) -> int:
     """The sum modulo 2**128 of ``(n, 16)`` big-endian 128-bit digests (a fingerprint from pair hashes)."""
-    # Each digest is the hash's 4 big-endian 32-bit limbs: summed per limb in uint64
-    # (no overflow below 2**32 rows), then carried into one number.
-    limbs = np.ascontiguousarray(digests).view(">u4").reshape(-1, 4).astype(np.uint64).sum(axis=0).tolist()
-    return sum(int(limb) << (32 * (3 - place)) for place, limb in enumerate(limbs)) % FINGERPRINT_MODULUS
+    # Each digest is two big-endian 64-bit words: each word's two 32-bit halves are summed
+    # in uint64 (no overflow below 2**32 rows), then carried into one number. (Per word,
+    # not per 4-byte limb of an (n, 4) array: a third of the time.)
+    words = np.ascontiguousarray(digests).view(">u8").reshape(-1, 2)
+    low_half = np.uint64(0xFFFFFFFF)
+    total = 0
+    for place in range(2):
+        native = words[:, place].astype(np.uint64)
+        shift = 64 * (1 - place)
+        total += int((native & low_half).sum()) << shift
+        total += int((native >> np.uint64(32)).sum()) << (shift + 32)
+    return total % FINGERPRINT_MODULUS

@@ -563,6 +563,15 @@ class Sidecars:
         if words is None:
             return
         matched = items[same]
+        count = len(contents)
+        if count and len(matched) == count and start + count <= len(words) and (np.diff(matched) == 1).all():
+            # Every item read matched its row (the common case): compared as slices, no gather.
+            held, computed = words[start : start + count], _words(contents)
+            wrong = np.flatnonzero((held[:, 0] != computed[:, 0]) | (held[:, 1] != computed[:, 1]))
+            if len(wrong):
+                self._wrong.setdefault(listing, []).append(wrong + start)
+            compared[start : start + count] = True
+            return
         at = matched + start
         inside = at < len(words)
         at, matched = at[inside], matched[inside]
