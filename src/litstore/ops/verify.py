@@ -38,6 +38,8 @@ disagree, when the disagreements are named at the old cost (40 bytes more a row 
 lists (a damaged vector). ``num_workers`` processes read
 the chunks (and one the manifest) while this one matches what they return: xxhash
 and msgpack hold the GIL for small items, so threads would not run them side by side.
+Without workers, one thread reads and sums the key runs while this one streams the
+manifest in: that is numpy, Parquet and file reads, which release the GIL.
 """
 
 from __future__ import annotations

@@ -199,20 +199,26 @@ class _Mentioned:
         self._slots = np.zeros(1, np.uint8)
 
     def _mark(self, first: np.ndarray) -> None:
-        """Set the slots of first words ``first``; all of them again (``self.first``) when the set outgrows its
+        """Set the slots of sorted first words ``first``; all of them again (``self.first``) when the set outgrows its
         bits (about 8 slots a key: an unmentioned row is sent to the search 1 time in 8)."""
         bits = min(max(int(len(self.first) * _SLOTS_PER_KEY).bit_length(), 16), 28)  # (at most 32 MiB)
         if bits != self._bits:
             self._bits = bits
             self._slots = np.zeros(1 << (bits - 3), np.uint8)
             first = self.first
-        slot = first >> np.uint64(64 - self._bits)
-        np.bitwise_or.at(self._slots, slot >> np.uint64(3), np.left_shift(1, slot & np.uint64(7)).astype(np.uint8))
+        if not len(first):
+            return
+        slot = first >> np.uint64(64 - self._bits)  # (sorted, as ``first`` is)
+        byte = slot >> np.uint64(3)
+        bit = np.left_shift(np.uint8(1), (slot & np.uint64(7)).astype(np.uint8))
+        starts = np.flatnonzero(np.concatenate(([True], byte[1:] != byte[:-1])))
+        self._slots[byte[starts]] |= np.bitwise_or.reduceat(bit, starts)
 
     def _maybe(self, first: np.ndarray) -> np.ndarray:
         """Which of first words ``first`` may be mentioned (false: surely not)."""
         slot = first >> np.uint64(64 - self._bits)
-        return (self._slots[slot >> np.uint64(3)] >> (slot & np.uint64(7)).astype(np.uint8)) & 1 != 0
+        maybe: np.ndarray = (self._slots[slot >> np.uint64(3)] >> (slot & np.uint64(7)).astype(np.uint8)) & 1 != 0
+        return maybe
 
     def add(self, prints: list[np.ndarray]) -> None:
         words = np.concatenate([_as_words(part) for part in prints])
