@@ -190,11 +190,16 @@ def verify(
         pool = stack.enter_context(verify_stored.worker_pool(num_workers)) if num_workers else None
         summed = None
         read: Iterator[verify_stored.StoredPart]
-        if pool is None:  # the key runs summed in a thread while the manifest streams in here
+        if pool is None:  # a thread sums the key runs, then reads chunks, while the manifest streams in here
+            thread = stack.enter_context(ThreadPoolExecutor(1, thread_name_prefix="litstore-verify"))
             if digest is not None:
-                thread = stack.enter_context(ThreadPoolExecutor(1, thread_name_prefix="litstore-verify"))
                 summed = verify_index.sum_key_runs(storage, version, names, digest, thread)
-            read = verify_stored.read_parts(storage, parts, config.key, config.key_type, None)
+            chunked = (
+                part
+                for listing, (_, chunk) in enumerate(listings)
+                for part in verify_stored.read_chunk(storage, listing, chunk, config.key, config.key_type)
+            )
+            read = stack.enter_context(contextlib.closing(verify_stored.read_ahead(chunked, thread)))
             listed = verify_listed.read_listed(storage, config, version, names, digest=digest)
         else:  # the manifest in one worker while the others read chunks
             reading = pool.submit(verify_listed.read_listed_and_names, storage, config, version, names, digest)

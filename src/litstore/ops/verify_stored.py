@@ -15,11 +15,14 @@ maps or reads the chunk itself: only the pair hashes travel back.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import mmap
+import queue
+import threading
 from collections import deque
 from collections.abc import Iterator, Sequence
-from concurrent.futures import Executor, Future, ProcessPoolExecutor
+from concurrent.futures import Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -102,6 +105,84 @@ def read_part(storage: Storage, part: Part, key_field: str, key_type: str) -> St
     start = min(part.start, stop)
     pairs, keyed, contents = _pairs(data, offsets[start : stop + 1], key_field, key_type)
     return StoredPart(part, True, items, tuple(problems), pairs, keyed, contents)
+
+
+def read_chunk(storage: Storage, listing: int, chunk: ChunkInfo, key_field: str, key_type: str) -> Iterator[StoredPart]:
+    """:func:`read_part` of each part of :data:`PART_ITEMS` items of a whole chunk, reading it once (the last
+    part's ``stop`` is ``None``): what one part holds stays small whatever the chunk's size.
+
+    Raises:
+        StorageError: the chunk cannot be read (other than not existing).
+    """
+    whole = Part(listing, chunk)
+    try:
+        data = _contents(storage, chunk.filename)
+    except MissingFileError:
+        yield StoredPart(whole, False, 0, (), *_nothing())
+        return
+    problems = []
+    if len(data) != chunk.num_bytes:
+        problems.append(f"{len(data)} bytes, the index says {chunk.num_bytes}")
+    try:
+        offsets = chunk_layout.item_offsets(data, chunk.filename)
+    except IntegrityError as exc:
+        yield StoredPart(whole, True, -1, (*problems, str(exc)), *_nothing())
+        return
+    items = len(offsets) - 1
+    if items != chunk.num_items:
+        problems.append(f"{items} items, the index says {chunk.num_items}")
+    for start in range(0, max(items, 1), PART_ITEMS):
+        stop = start + PART_ITEMS if start + PART_ITEMS < items else None
+        end = items if stop is None else stop
+        pairs, keyed, contents = _pairs(data, offsets[start : end + 1], key_field, key_type)
+        found = tuple(problems) if start == 0 else ()
+        yield StoredPart(Part(listing, chunk, start, stop), True, items, found, pairs, keyed, contents)
+
+
+def _nothing() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    return np.zeros((0, 16), np.uint8), np.zeros(0, bool), np.zeros((0, 16), np.uint8)
+
+
+#: Parts :func:`read_ahead` holds ready (about 17 MB of results).
+AHEAD = 8
+
+
+def read_ahead(parts: Iterator[StoredPart], executor: ThreadPoolExecutor) -> Iterator[StoredPart]:
+    """``parts``, made by a task of ``executor`` at most :data:`AHEAD` ahead of the one asked for, so that what
+    the caller does with each (matching) runs beside the reading of the next (numpy steps release the GIL).
+    Closing the iterator stops the task; an error it met is raised here, where its part would have come.
+    """
+    ready: queue.Queue[tuple[StoredPart | None, BaseException | None]] = queue.Queue(AHEAD)
+    stop = threading.Event()
+
+    def offer(item: tuple[StoredPart | None, BaseException | None]) -> None:
+        while not stop.is_set():
+            with contextlib.suppress(queue.Full):
+                ready.put(item, timeout=0.05)
+                return
+
+    def produce() -> None:
+        try:
+            for part in parts:
+                offer((part, None))
+                if stop.is_set():
+                    return
+            offer((None, None))
+        except BaseException as exc:  # raised in the caller's thread
+            offer((None, exc))
+
+    task = executor.submit(produce)
+    try:
+        while True:
+            part, error = ready.get()
+            if error is not None:
+                raise error
+            if part is None:
+                return
+            yield part
+    finally:
+        stop.set()
+        task.result()  # (it stops within one part)
 
 
 def _pairs(
