@@ -21,7 +21,7 @@ import mmap
 import queue
 import threading
 from collections import deque
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Iterator, Sequence
 from concurrent.futures import Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -147,7 +147,7 @@ def _nothing() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 AHEAD = 8
 
 
-def read_ahead(parts: Iterator[StoredPart], executor: ThreadPoolExecutor) -> Iterator[StoredPart]:
+def read_ahead(parts: Iterator[StoredPart], executor: ThreadPoolExecutor) -> Generator[StoredPart, None, None]:
     """``parts``, made by a task of ``executor`` at most :data:`AHEAD` ahead of the one asked for, so that what
     the caller does with each (matching) runs beside the reading of the next (numpy steps release the GIL).
     Closing the iterator stops the task; an error it met is raised here, where its part would have come.
@@ -168,7 +168,7 @@ def read_ahead(parts: Iterator[StoredPart], executor: ThreadPoolExecutor) -> Ite
                 if stop.is_set():
                     return
             offer((None, None))
-        except BaseException as exc:  # raised in the caller's thread
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread, which raises it
             offer((None, exc))
 
     task = executor.submit(produce)
