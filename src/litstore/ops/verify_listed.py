@@ -183,8 +183,8 @@ class _Mentioned:
     """The keys newer deltas mention: their keyprints as two words each (16 bytes a key), in a few sorted runs.
 
     Each delta's keyprints are sorted on their own and pushed as a run; the newest run
-    is merged into the one before while that one is at most twice its size (a binary
-    counter: ``O(n log d)`` work for ``n`` keys in ``d`` deltas, and ``O(log d)`` runs).
+    is merged into the one before while that one is no larger (a binary counter:
+    ``O(n log d)`` work for ``n`` keys in ``d`` deltas, and ``O(log d)`` runs).
     A single set that every delta merged into cost a pass over the whole set per delta:
     quadratic, 16 s of 49 at 16M records in 32 deltas. The merge is made in place
     (:func:`_merge_into`): the arrays are grown by ``realloc``, which moves a large one's
@@ -236,7 +236,7 @@ class _Mentioned:
         self._count += len(first)
         self.runs.append((first, second))
         self._mark(first)
-        while len(self.runs) > 1 and len(self.runs[-2][0]) <= 2 * len(self.runs[-1][0]):
+        while len(self.runs) > 1 and len(self.runs[-2][0]) <= len(self.runs[-1][0]):
             newer_first, newer_second = self.runs.pop()
             older_first, older_second = self.runs[-1]
             at = np.searchsorted(older_first, newer_first)
@@ -253,6 +253,8 @@ class _Mentioned:
             return found
         words = _as_words(prints)
         left = np.flatnonzero(self._maybe(words[:, 0]))
+        # Searched for in sorted order (each search starts where the one before ended): 5x faster.
+        left = left[np.argsort(words[left, 0])]
         for first, second in self.runs:
             if not len(left):
                 break
@@ -263,16 +265,11 @@ class _Mentioned:
 
 
 def _in_run(first: np.ndarray, second: np.ndarray, words: np.ndarray) -> np.ndarray:
-    """Which of ``(n, 2)`` keyprint ``words`` one run (sorted ``first`` words, ``second`` in their order) holds."""
+    """Which of ``(n, 2)`` keyprint ``words`` (sorted by the first) one run (sorted ``first`` words, ``second``
+    in their order) holds."""
     found = np.zeros(len(words), bool)
-    # Searched for in sorted order (each search starts where the one before ended): 5x faster.
-    order = np.argsort(words[:, 0])
-    ordered = words[order, 0]
-    lo = np.empty(len(words), np.int64)
-    hi = np.empty(len(words), np.int64)
-    lo[order] = np.searchsorted(first, ordered, "left")
-    hi[order] = np.searchsorted(first, ordered, "right")
-    del order, ordered
+    lo = np.searchsorted(first, words[:, 0], "left")
+    hi = np.searchsorted(first, words[:, 0], "right")
     candidates = np.flatnonzero(hi > lo)
     if not len(candidates):
         return found
