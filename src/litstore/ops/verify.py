@@ -39,7 +39,9 @@ lists (a damaged vector). ``num_workers`` processes read
 the chunks (and one the manifest) while this one matches what they return: xxhash
 and msgpack hold the GIL for small items, so threads would not run them side by side.
 Without workers, one thread reads and sums the key runs while this one streams the
-manifest in: that is numpy, Parquet and file reads, which release the GIL.
+manifest in (numpy, Parquet and file reads, which release the GIL for the most part),
+then reads the chunks, up to :data:`~litstore.ops.verify_stored.AHEAD` parts of
+:data:`~litstore.ops.verify_stored.PART_ITEMS` items ahead of the matching here.
 """
 
 from __future__ import annotations
