@@ -104,3 +104,66 @@ def test_unusual_maps() -> None:
     scan, _ = _scanned(payloads, "str")
     assert scan.scanned.tolist() == [True, False, True, True, True, True, False, False, False, False]
     assert scan.valid.tolist() == [True, False, True, True, True, False, False, False, False, False]
+
+
+def _general(payloads: list[bytes], key_type: str) -> recordscan.ScannedKeys:
+    """The general scan alone, record by record (what the shortcut by shape must agree with)."""
+    buffer = np.frombuffer(b"".join(payloads) or b"\0", np.uint8)
+    lengths = np.array([len(payload) for payload in payloads], np.int64)
+    ends = np.cumsum(lengths)
+    name = np.frombuffer(b"id", np.uint8)
+    return recordscan._scanned(buffer, ends - lengths, ends, name, key_type)
+
+
+def _damaged(payloads: list[bytes], data: st.DataObject) -> list[bytes]:
+    """Some of ``payloads`` with a byte changed (their lengths kept, so they still lie at one stride)."""
+    out = []
+    for payload in payloads:
+        changed = bytearray(payload)
+        if changed and data.draw(st.integers(0, 9)) == 0:
+            changed[data.draw(st.integers(0, len(changed) - 1))] = data.draw(st.integers(0, 255))
+        out.append(bytes(changed))
+    return out
+
+
+def _agrees(payloads: list[bytes]) -> None:
+    _check(payloads)
+    for key_type in ("str", "int"):
+        fast, _ = _scanned(payloads, key_type)
+        slow = _general(payloads, key_type)
+        for name in ("scanned", "valid", "starts", "lengths", "values"):
+            assert getattr(fast, name).tolist() == getattr(slow, name).tolist(), (key_type, name)
+
+
+_ONE_SHAPE = st.fixed_dictionaries(
+    {
+        "id": st.one_of(st.text("abc", min_size=4, max_size=4), st.integers(0, 127)),
+        "label": st.one_of(st.integers(-32, 127), st.none(), st.booleans()),
+        "payload": st.binary(min_size=8, max_size=8),
+    }
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(_ONE_SHAPE, min_size=64, max_size=200), st.data())
+def test_scan_by_shape_agrees_with_the_general_scan(records: list[dict[str, Any]], data: st.DataObject) -> None:
+    """Records of one length (read at one stride) and of a few shapes, some damaged: the shortcut finds exactly
+    what the general scan finds."""
+    _agrees(_damaged([codec.encode(record) for record in records], data))
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(_RECORDS, min_size=64, max_size=120), st.data())
+def test_scan_by_shape_agrees_on_records_of_many_shapes(records: list[dict[str, Any]], data: st.DataObject) -> None:
+    first = data.draw(_ONE_SHAPE)
+    payloads = [codec.encode(first)] * data.draw(st.integers(1, 64)) + [codec.encode(record) for record in records]
+    _agrees(_damaged(payloads, data))
+
+
+def test_scan_by_shape_of_int_keys_past_int64() -> None:
+    """A uint64 key past int64's range has the shape of one inside it; it is no key, as the general scan says."""
+    payloads = [msgpack.packb({"id": 2**63 + i, "x": 1}) for i in range(70)]
+    payloads[5] = msgpack.packb({"id": 2**63 - 1, "x": 1})
+    payloads[0] = msgpack.packb({"id": 7, "x": 1})  # another shape first
+    _agrees(payloads)
+    _agrees(payloads[::-1])

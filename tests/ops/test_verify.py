@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -726,3 +728,19 @@ def test_progress_shows_a_bar_on_stderr(root: Path, capsys: pytest.CaptureFixtur
     assert "verifying" in captured.err
     assert f"{chunks}/{chunks}" in captured.err
     assert "100%" in captured.err
+
+
+def test_a_fresh_process_verifies_without_importing_pandas(tmp_path: Path) -> None:
+    """pyarrow's conversions from Python import pandas (a third of a second); a sound store's verify makes none."""
+    store = litstore.Store.create(tmp_path / "s", key="id", chunk_bytes=4096)
+    store.append(_records("a", 300))
+    store.upsert(_records("a", 5) + _records("b", 3))
+    store.delete(["a007"])
+    code = (
+        "import sys, litstore\n"
+        "report = litstore.open(sys.argv[1]).verify()\n"
+        "print(report.ok, report.records_checked, 'pandas' in sys.modules)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code, str(tmp_path / "s")], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["True", str(len(store)), "False"], result.stdout

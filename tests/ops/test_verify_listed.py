@@ -81,3 +81,21 @@ def test_merge_into_gives_what_insert_gives(monkeypatch: pytest.MonkeyPatch) -> 
         column[: len(old)] = old
         verify_listed._merge_into(column, len(old), at, values)
         assert np.array_equal(column, np.insert(old, at, values))
+
+
+def test_mentioned_keys_are_found_as_the_set_and_its_bits_grow() -> None:
+    """Keyprints added delta by delta (the bits rebuilt as the set outgrows them, an empty delta among them) are
+    all found, and keyprints never added are not, whether or not their slots are marked."""
+    rng = np.random.default_rng(7)
+    mentioned = verify_listed._Mentioned()
+    added = []
+    for count in (1000, 0, 70_000, 5, 300_000):
+        prints = rng.integers(0, 256, (count, 16), dtype=np.uint8)
+        added.append(prints)
+        mentioned.add([prints])
+    every = np.concatenate(added)
+    absent = rng.integers(0, 256, (200_000, 16), dtype=np.uint8)
+    absent[:1000, :8] = every[:1000, :8]  # sharing a first word (so a slot) with a mentioned key
+    found = mentioned.rows_of(np.concatenate([every[::3], absent]))
+    assert found[: len(every[::3])].all()
+    assert not found[len(every[::3]) :].any()

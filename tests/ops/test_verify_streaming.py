@@ -9,7 +9,8 @@ deleted are not the version's).
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -172,3 +173,33 @@ def test_mentioned_keys_that_share_a_first_word_are_told_apart_by_the_second() -
     mentioned.add([prints((7, 2)), prints((1, 1))])
     asked = prints((7, 1), (7, 2), (7, 3), (3, 9), (3, 8), (1, 1), (2, 1))
     assert mentioned.rows_of(asked).tolist() == [True, True, False, True, False, True, False]
+
+
+def _stored(
+    count: int, fail_at: int | None = None, made: list[int] | None = None
+) -> Iterator[verify_stored.StoredPart]:
+    for number in range(count):
+        if number == fail_at:
+            raise litstore.StorageError(f"part {number} cannot be read")
+        if made is not None:
+            made.append(number)
+        yield verify_stored.StoredPart(verify_stored.Part(number, None), True, 0, (), *verify_stored._nothing())  # type: ignore[arg-type]
+
+
+def test_parts_read_ahead_come_in_order_and_an_error_where_its_part_would() -> None:
+    with ThreadPoolExecutor(1) as thread:
+        assert [part.part.listing for part in verify_stored.read_ahead(_stored(30), thread)] == list(range(30))
+        got = []
+        with pytest.raises(litstore.StorageError, match="part 12"):
+            for part in verify_stored.read_ahead(_stored(30, fail_at=12), thread):
+                got.append(part.part.listing)
+        assert got == list(range(12))
+
+
+def test_parts_read_ahead_stop_when_the_reader_stops() -> None:
+    made: list[int] = []
+    with ThreadPoolExecutor(1) as thread:
+        parts = verify_stored.read_ahead(_stored(10_000, made=made), thread)
+        assert next(parts).part.listing == 0
+        parts.close()  # waits for the thread's task to end
+        assert len(made) <= 2 + verify_stored.AHEAD

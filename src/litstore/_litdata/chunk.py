@@ -163,7 +163,11 @@ def item_size_matches(chunk: Buffer, offsets: np.ndarray, row: int) -> bool:
 def size_fields_match(chunk: Buffer, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
     """For each item ``chunk[starts[i]:ends[i]]`` (all within ``chunk``), whether its leaf size field agrees."""
     data = np.frombuffer(chunk, np.uint8)
-    declared = data[starts[:, None] + np.arange(ITEM_HEADER)].view(_U32)[:, 0]
+    steps = np.diff(starts)
+    if len(steps) and steps[0] > 0 and (steps == steps[0]).all():  # items of one size: read at their stride
+        declared = np.ndarray(len(starts), _U32, data, int(starts[0]), (int(steps[0]),))
+    else:
+        declared = data[starts[:, None] + np.arange(ITEM_HEADER)].view(_U32)[:, 0]
     return np.asarray(declared == ends - starts - ITEM_HEADER)
 
 

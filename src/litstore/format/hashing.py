@@ -253,7 +253,7 @@ def pair_hashes(keys: pa.Array | pa.ChunkedArray, contents: pa.Array | pa.Chunke
         keys = pa.FixedSizeBinaryArray.from_buffers(pa.binary(8), len(keys), [None, pa.py_buffer(raw)])
     fixed = _fixed_width(keys)
     if fixed is not None and fixed.shape[1] + 16 <= xxh3.MIDSIZE_MAX:
-        return _fixed_pair_hashes(fixed, contents)
+        return fixed_pair_hashes(fixed, contents)
     no_offsets = pa.py_buffer(np.zeros(2, dtype=np.int64))
     empty = pa.LargeBinaryArray.from_buffers(pa.large_binary(), 1, [None, no_offsets, pa.py_buffer(b"")])[0]
     pairs = pc.binary_join_element_wise(keys.cast(pa.large_binary()), contents.cast(pa.large_binary()), empty)
@@ -278,8 +278,9 @@ def _fixed_width(keys: pa.Array) -> np.ndarray | None:
     return data[int(offsets[0]) : int(offsets[-1])].reshape(-1, width)
 
 
-def _fixed_pair_hashes(keys: np.ndarray, contents: pa.Array) -> np.ndarray:
-    """:func:`pair_hashes` of keys all ``width`` bytes long (the rows of ``keys``): their inputs laid out at a fixed
+def fixed_pair_hashes(keys: np.ndarray, contents: pa.Array) -> np.ndarray:
+    """:func:`pair_hashes` of keys all ``width`` bytes long (the rows of ``keys``, text keys' UTF-8 bytes or int
+    keys' 8 little-endian bytes; a strided view will do) and ``contents``: their inputs laid out at a fixed
     stride in one array, which :func:`litstore.format.xxh3.hash128` reads without gathering (half the cost of
     joining them with Arrow and hashing inputs of any length)."""
     count, width = keys.shape
@@ -292,7 +293,15 @@ def _fixed_pair_hashes(keys: np.ndarray, contents: pa.Array) -> np.ndarray:
 
 def digest_sum(digests: np.ndarray) -> int:
     """The sum modulo 2**128 of ``(n, 16)`` big-endian 128-bit digests (a fingerprint from pair hashes)."""
-    # Each digest is the hash's 4 big-endian 32-bit limbs: summed per limb in uint64
-    # (no overflow below 2**32 rows), then carried into one number.
-    limbs = np.ascontiguousarray(digests).view(">u4").reshape(-1, 4).astype(np.uint64).sum(axis=0).tolist()
-    return sum(int(limb) << (32 * (3 - place)) for place, limb in enumerate(limbs)) % FINGERPRINT_MODULUS
+    # Each digest is two big-endian 64-bit words: each word's two 32-bit halves are summed
+    # in uint64 (no overflow below 2**32 rows), then carried into one number. (Per word,
+    # not per 4-byte limb of an (n, 4) array: a third of the time.)
+    words = np.ascontiguousarray(digests).view(">u8").reshape(-1, 2)
+    low_half = np.uint64(0xFFFFFFFF)
+    total = 0
+    for place in range(2):
+        native = words[:, place].astype(np.uint64)
+        shift = 64 * (1 - place)
+        total += int((native & low_half).sum()) << shift
+        total += int((native >> np.uint64(32)).sum()) << (shift + 32)
+    return total % FINGERPRINT_MODULUS

@@ -14,6 +14,12 @@ finds the key field; a field name that occurs twice sends the record to the deco
 such as arrays and tuples, damage) is left to the caller to decode one by one:
 ``scanned`` is false for it.
 
+Most chunks hold records of one shape (the same fields, keys of one width): the first
+record's shape (:class:`_Shape`) is read once, and the records that have it are
+recognised by comparing the bytes the scan's decisions depend on (a few 8-byte words
+each, read at the chunk's stride when its records are all of one length), about five
+times faster than the general scan, which reads the rest.
+
 What it does not check: that the strings of a record are UTF-8, which decoding
 would. The caller checks the key's (``verify`` makes an Arrow string array of the
 keys); the other strings of a record are checked by its content hash only, so a
@@ -24,7 +30,7 @@ numpy in, numpy out.
 
 from __future__ import annotations
 
-from dataclasses import astuple, dataclass
+from dataclasses import astuple, dataclass, fields
 
 import numpy as np
 
@@ -137,6 +143,27 @@ def scan_keys(buffer: np.ndarray, starts: np.ndarray, ends: np.ndarray, key_fiel
     order they lie in ``buffer``. ``key_type`` is the store's (``"str"`` or ``"int"``).
     """
     name = np.frombuffer(key_field.encode("utf-8", "surrogatepass"), np.uint8)
+    shape = _Shape.of(buffer, starts, ends, name, key_type)
+    if shape is None:
+        return _scanned(buffer, starts, ends, name, key_type)
+    alike = shape.matches(buffer, starts, ends)
+    if alike.all():
+        return shape.keys(buffer, starts)
+    same, rest = np.flatnonzero(alike), np.flatnonzero(~alike)
+    parts = (
+        (same, shape.keys(buffer, starts[same])),
+        (rest, _scanned(buffer, starts[rest], ends[rest], name, key_type)),
+    )
+    flags = (np.zeros(len(starts), bool) for _ in range(2))
+    found = ScannedKeys(*flags, *(np.zeros(len(starts), np.int64) for _ in range(3)))
+    for rows, part in parts:
+        for column in fields(ScannedKeys):
+            getattr(found, column.name)[rows] = getattr(part, column.name)
+    return found
+
+
+def _scanned(buffer: np.ndarray, starts: np.ndarray, ends: np.ndarray, name: np.ndarray, key_type: str) -> ScannedKeys:
+    """:func:`scan_keys` by the general scan, :data:`_BATCH` records at a time."""
     parts = [
         _scan(buffer, starts[at : at + _BATCH], ends[at : at + _BATCH], name, key_type)
         for at in range(0, len(starts), _BATCH)
@@ -145,6 +172,138 @@ def scan_keys(buffer: np.ndarray, starts: np.ndarray, ends: np.ndarray, key_fiel
         empty = np.zeros(0, np.int64)
         return ScannedKeys(np.zeros(0, bool), np.zeros(0, bool), empty, empty, empty)
     return ScannedKeys(*(np.concatenate(column) for column in zip(*(astuple(part) for part in parts))))
+
+
+@dataclass(frozen=True)
+class _Shape:
+    """The layout of one flat record that holds the key: what the scan reads of it, by offset from its start.
+
+    The scan's every decision about a record depends only on its length, its map
+    header, each field's name token (every byte), and of each value token the class
+    of its type byte (``_TOKENS``: kind, header size, length bytes, fixstr length) and
+    its length bytes. A record of the same length whose bytes at those offsets are
+    equal (and whose value type bytes are of the same classes) is therefore scanned
+    exactly as this one: flat, read to its end, its key at the same offset. Records of
+    one shape (the common case: every record of a chunk has the same fields, keys of
+    one width) are recognised by a few byte comparisons each instead of a parse;
+    the others go through the general scan.
+    """
+
+    length: int
+    exact: tuple[tuple[int, int], ...]  # (offset, byte) that must be equal
+    classes: tuple[tuple[int, int], ...]  # (offset, _TOKENS entry) of value type bytes
+    key_at: int  # offset of the key's value token
+    key_start: int  # (str keys) offset of its bytes
+    key_length: int
+    key_type: str
+
+    @classmethod
+    def of(
+        cls, buffer: np.ndarray, starts: np.ndarray, ends: np.ndarray, name: np.ndarray, key_type: str
+    ) -> _Shape | None:
+        """The shape of the first record, if the scan finds its key (else ``None``: no shortcut)."""
+        if len(starts) < _SHAPE_MIN:
+            return None
+        start, end = int(starts[0]), int(ends[0])
+        scan = _scan(buffer, starts[:1], ends[:1], name, key_type)
+        if not scan.valid[0]:
+            return None
+        record = buffer[start:end].tolist()
+        first = record[0]
+        width = 0 if 0x80 <= first <= 0x8F else 2 if first == 0xDE else 4
+        count = first & 0x0F if not width else int.from_bytes(bytes(record[1 : 1 + width]), "big")
+        exact = [(offset, record[offset]) for offset in range(1 + width)]
+        classes = []
+        cursor = 1 + width
+        key_at = -1
+        for _ in range(count):
+            header, _, length = _token_size(record, cursor)
+            value_at = cursor + header + length
+            exact += [(offset, record[offset]) for offset in range(cursor, value_at)]
+            is_name = int(_TOKENS[record[cursor]]) & 0xF == _STR and length == len(name)
+            if is_name and bytes(record[cursor + header : value_at]) == name.tobytes():
+                key_at = value_at
+            value_header, value_length_bytes, value_length = _token_size(record, value_at)
+            if int(_TOKENS[record[value_at]]) in _ONE_BYTE_CLASSES:
+                exact.append((value_at, record[value_at]))
+            else:
+                classes.append((value_at, int(_TOKENS[record[value_at]])))
+            exact += [(offset, record[offset]) for offset in range(value_at + 1, value_at + 1 + value_length_bytes)]
+            cursor = value_at + value_header + value_length
+        key_start = int(scan.starts[0]) - start
+        return cls(end - start, tuple(exact), tuple(classes), key_at, key_start, int(scan.lengths[0]), key_type)
+
+    def matches(self, buffer: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+        """Which records have this shape."""
+        alike: np.ndarray = ends - starts == self.length
+        steps = np.diff(starts)
+        if self.length >= 8 and len(steps) and alike.all() and (steps == steps[0]).all():
+            # Records at one stride (a chunk's items of one length): a strided view of them, no gather.
+            stride = int(steps[0]) if len(steps) else self.length
+            first = int(starts[0])
+            for offset, mask, value in _windows(self.exact, self.length):
+                word = np.ndarray(len(starts), "<u8", buffer, first + offset, (stride,))
+                alike &= (word & mask) == value
+            for offset, entry in self.classes:
+                if entry not in _ONE_BYTE_CLASSES:
+                    column = np.ndarray(len(starts), np.uint8, buffer, first + offset, (stride,))
+                    alike &= _TOKENS[column] == entry
+            return alike
+        at = np.where(alike, starts, 0)  # (a record of another length may lie too near the buffer's end)
+        for offset, byte in self.exact:
+            alike &= buffer[at + offset] == byte
+        for offset, entry in self.classes:
+            alike &= _TOKENS[buffer[at + offset]] == entry
+        return alike
+
+    def keys(self, buffer: np.ndarray, starts: np.ndarray) -> ScannedKeys:
+        """What the scan finds of records of this shape (all of ``starts``)."""
+        count = len(starts)
+        found = np.ones(count, bool)
+        if self.key_type == "str":
+            values = np.zeros(count, np.int64)
+            return ScannedKeys(found, found.copy(), starts + self.key_start, np.full(count, self.key_length), values)
+        numbers, fits = _int_values(buffer, starts + self.key_at)  # (a uint64 past int64's range is no key)
+        empty = np.zeros(count, np.int64)
+        return ScannedKeys(found, fits, empty, empty.copy(), numbers)
+
+
+def _windows(exact: tuple[tuple[int, int], ...], length: int) -> list[tuple[int, np.uint64, np.uint64]]:
+    """Bytes ``exact`` as 8-byte words of a record ``length`` long: (offset, mask, value) with
+    ``word & mask == value`` where the bytes are as given (an unaligned little-endian read at each offset)."""
+    windows = []
+    pending = sorted(exact)
+    while pending:
+        offset = min(pending[0][0], length - 8)
+        mask = value = 0
+        inside = [(at, byte) for at, byte in pending if at < offset + 8]
+        for at, byte in inside:
+            mask |= 0xFF << (8 * (at - offset))
+            value |= byte << (8 * (at - offset))
+        pending = pending[len(inside) :]
+        windows.append((offset, np.uint64(mask), np.uint64(value)))
+    return windows
+
+
+def _one_byte_classes() -> set[int]:
+    """The ``_TOKENS`` entries only one byte has: comparing such a class is comparing the byte."""
+    entries, counts = np.unique(_TOKENS, return_counts=True)
+    return {int(entry) for entry, count in zip(entries, counts, strict=True) if count == 1}
+
+
+_ONE_BYTE_CLASSES = _one_byte_classes()
+
+#: Records below this many are scanned without looking for a shape.
+_SHAPE_MIN = 64
+
+
+def _token_size(record: list[int], at: int) -> tuple[int, int, int]:
+    """Header bytes, length bytes and body length of the token at ``at`` of a record the scan has read."""
+    packed = int(_TOKENS[record[at]])
+    header, length_bytes, length = (packed >> 4) & 0xF, (packed >> 8) & 0xF, packed >> 12
+    if length_bytes:
+        length = int.from_bytes(bytes(record[at + 1 : at + 1 + length_bytes]), "big")
+    return header, length_bytes, length
 
 
 def _scan(buffer: np.ndarray, starts: np.ndarray, ends: np.ndarray, name: np.ndarray, key_type: str) -> ScannedKeys:

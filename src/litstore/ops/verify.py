@@ -38,12 +38,17 @@ disagree, when the disagreements are named at the old cost (40 bytes more a row 
 lists (a damaged vector). ``num_workers`` processes read
 the chunks (and one the manifest) while this one matches what they return: xxhash
 and msgpack hold the GIL for small items, so threads would not run them side by side.
+Without workers, one thread reads and sums the key runs while this one streams the
+manifest in (numpy, Parquet and file reads, which release the GIL for the most part),
+then reads the chunks, up to :data:`~litstore.ops.verify_stored.AHEAD` parts of
+:data:`~litstore.ops.verify_stored.PART_ITEMS` items ahead of the matching here.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -177,6 +182,7 @@ def verify(
     split_parts = num_workers > 0 and bool(listings) and storage.local_path(listings[0][1].filename) is not None
     parts = verify_stored.parts_of([chunk for _, chunk in listings], split_parts)
     dead_rows = verify_deletions.DeadRows(storage, version, listings)
+    digest = verify_index.index_digest(config, version)
     found_counts: dict[str, int] = {}
     missing_chunks: list[str] = []
     damaged_chunks: list[tuple[str, str]] = []
@@ -184,14 +190,24 @@ def verify(
     data_fingerprint = 0
     with contextlib.ExitStack() as stack:
         pool = stack.enter_context(verify_stored.worker_pool(num_workers)) if num_workers else None
-        if pool is None:
-            read = verify_stored.read_parts(storage, parts, config.key, config.key_type, None)
-            listed = verify_listed.read_listed(storage, config, version, names)
+        summed = None
+        read: Iterator[verify_stored.StoredPart]
+        if pool is None:  # a thread sums the key runs, then reads chunks, while the manifest streams in here
+            thread = stack.enter_context(ThreadPoolExecutor(1, thread_name_prefix="litstore-verify"))
+            if digest is not None:
+                summed = verify_index.sum_key_runs(storage, version, names, digest, thread)
+            chunked = (
+                part
+                for listing, (_, chunk) in enumerate(listings)
+                for part in verify_stored.read_chunk(storage, listing, chunk, config.key, config.key_type)
+            )
+            read = stack.enter_context(contextlib.closing(verify_stored.read_ahead(chunked, thread)))
+            listed = verify_listed.read_listed(storage, config, version, names, digest=digest)
         else:  # the manifest in one worker while the others read chunks
-            reading = pool.submit(verify_listed.read_listed_and_names, storage, config, version, names)
+            reading = pool.submit(verify_listed.read_listed_and_names, storage, config, version, names, digest)
             read = verify_stored.read_parts(storage, parts, config.key, config.key_type, pool)
             listed, names = reading.result()
-        index_problems = verify_index.check_key_index(storage, config, version, listed, names)
+        index_problems = verify_index.check_key_index(storage, config, version, listed, names, summed)
         matcher = _Matcher(listed, listing_chunks, listing_splits)
         sidecars = verify_index.Sidecars(storage, listings, config.writes_key_runs)
         bar = stack.enter_context(tqdm(total=len(listings), desc="verifying", unit="chunk", disable=not progress))

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -77,15 +78,47 @@ class _Entries:
         return _Entries(self.hashes[rows], self.prints[rows], self.places[rows], self.contents[rows], self.runs[rows])
 
 
+def index_digest(config: StoreConfig, version: Version) -> verify_listed.IndexDigest | None:
+    """The digest ``version``'s manifest rows and key runs are summed with; ``None``: it has no runs to check."""
+    return verify_listed.IndexDigest() if config.writes_key_runs and version.key_runs else None
+
+
+def sum_key_runs(
+    storage: Storage,
+    version: Version,
+    names: Names,
+    digest: verify_listed.IndexDigest,
+    executor: ThreadPoolExecutor | None = None,
+) -> Future[tuple[list[tuple[str, str]], int]]:
+    """What :func:`check_key_index` compares with the manifest: the runs' problems and the sum of their live
+    resolved entries (:func:`_streamed`). The runs are opened here (their chunks numbered by ``names``); with
+    ``executor``, they are then read and summed in its thread (numpy and file reads release the GIL), so the
+    manifest can stream in meanwhile; ``names`` is not used there.
+    """
+    problems: list[tuple[str, str]] = []
+    runs = _opened_runs(storage, version, names, problems)
+    if executor is not None:
+        return executor.submit(_streamed, runs, problems, digest)
+    done: Future[tuple[list[tuple[str, str]], int]] = Future()
+    done.set_result(_streamed(runs, problems, digest))
+    return done
+
+
 def check_key_index(
-    storage: Storage, config: StoreConfig, version: Version, listed: Listed, names: Names
+    storage: Storage,
+    config: StoreConfig,
+    version: Version,
+    listed: Listed,
+    names: Names,
+    summed: Future[tuple[list[tuple[str, str]], int]] | None = None,
 ) -> list[tuple[str, str]]:
     """The ways ``version``'s key runs disagree with its manifest rows ``listed`` (see the module docstring).
 
     ``names`` numbers the chunks of ``listed``'s places; chunks only a run names are
     numbered too. Versions without runs are not checked (nothing reads an index they
     do not have). The runs are read range by range of key hash and their resolved
-    entries summed (:func:`_streamed`); only when that sum is not the manifest's are the
+    entries summed (:func:`sum_key_runs`, here unless ``summed`` is its result, made
+    with ``listed``'s digest); only when that sum is not the manifest's are the
     manifest and the runs read again, whole, to name what disagrees.
 
     Raises:
@@ -93,7 +126,9 @@ def check_key_index(
     """
     if not version.key_runs or listed.index_digest is None:
         return []
-    problems, entries_sum = _streamed(storage, version, names, listed.index_digest)
+    if summed is None:
+        summed = sum_key_runs(storage, version, names, listed.index_digest)
+    problems, entries_sum = summed.result()
     if problems:  # lookups through a damaged run fail; what it would have said cannot be checked
         return problems
     if entries_sum == listed.index_sum:
@@ -151,18 +186,17 @@ def _opened_runs(storage: Storage, version: Version, names: Names, problems: lis
 
 
 def _streamed(
-    storage: Storage, version: Version, names: Names, digest: verify_listed.IndexDigest
+    runs: list[_Run], problems: list[tuple[str, str]], digest: verify_listed.IndexDigest
 ) -> tuple[list[tuple[str, str]], int]:
-    """Every run opened and every page checked, and the sum of :class:`~litstore.ops.verify_listed.IndexDigest`
-    over the entries a lookup resolves that are live, read one range of key hashes at a time.
+    """Every page of the opened ``runs`` checked (added to ``problems``), and the sum of
+    :class:`~litstore.ops.verify_listed.IndexDigest` over the entries a lookup resolves that are live, read one
+    range of key hashes at a time.
 
     The ranges are cut at fences of the largest run, :data:`_RANGE_ENTRIES` entries of
     all runs apart on average; each range reads the pages of each run that can hold its
     hashes (a page at a cut is read by both ranges), keeps the entries inside it and
     resolves them as :func:`_resolve` does. Memory: one range's entries.
     """
-    problems: list[tuple[str, str]] = []
-    runs = _opened_runs(storage, version, names, problems)
     if not runs:
         return problems, 0
     largest = max(runs, key=lambda run: run.tail.entries)
@@ -529,6 +563,15 @@ class Sidecars:
         if words is None:
             return
         matched = items[same]
+        count = len(contents)
+        if count and len(matched) == count and start + count <= len(words) and (np.diff(matched) == 1).all():
+            # Every item read matched its row (the common case): compared as slices, no gather.
+            held, computed = words[start : start + count], _words(contents)
+            wrong = np.flatnonzero((held[:, 0] != computed[:, 0]) | (held[:, 1] != computed[:, 1]))
+            if len(wrong):
+                self._wrong.setdefault(listing, []).append(wrong + start)
+            compared[start : start + count] = True
+            return
         at = matched + start
         inside = at < len(words)
         at, matched = at[inside], matched[inside]

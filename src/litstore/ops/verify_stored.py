@@ -15,11 +15,14 @@ maps or reads the chunk itself: only the pair hashes travel back.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import mmap
+import queue
+import threading
 from collections import deque
-from collections.abc import Iterator, Sequence
-from concurrent.futures import Future, ProcessPoolExecutor
+from collections.abc import Generator, Iterator, Sequence
+from concurrent.futures import Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -104,6 +107,84 @@ def read_part(storage: Storage, part: Part, key_field: str, key_type: str) -> St
     return StoredPart(part, True, items, tuple(problems), pairs, keyed, contents)
 
 
+def read_chunk(storage: Storage, listing: int, chunk: ChunkInfo, key_field: str, key_type: str) -> Iterator[StoredPart]:
+    """:func:`read_part` of each part of :data:`PART_ITEMS` items of a whole chunk, reading it once (the last
+    part's ``stop`` is ``None``): what one part holds stays small whatever the chunk's size.
+
+    Raises:
+        StorageError: the chunk cannot be read (other than not existing).
+    """
+    whole = Part(listing, chunk)
+    try:
+        data = _contents(storage, chunk.filename)
+    except MissingFileError:
+        yield StoredPart(whole, False, 0, (), *_nothing())
+        return
+    problems = []
+    if len(data) != chunk.num_bytes:
+        problems.append(f"{len(data)} bytes, the index says {chunk.num_bytes}")
+    try:
+        offsets = chunk_layout.item_offsets(data, chunk.filename)
+    except IntegrityError as exc:
+        yield StoredPart(whole, True, -1, (*problems, str(exc)), *_nothing())
+        return
+    items = len(offsets) - 1
+    if items != chunk.num_items:
+        problems.append(f"{items} items, the index says {chunk.num_items}")
+    for start in range(0, max(items, 1), PART_ITEMS):
+        stop = start + PART_ITEMS if start + PART_ITEMS < items else None
+        end = items if stop is None else stop
+        pairs, keyed, contents = _pairs(data, offsets[start : end + 1], key_field, key_type)
+        found = tuple(problems) if start == 0 else ()
+        yield StoredPart(Part(listing, chunk, start, stop), True, items, found, pairs, keyed, contents)
+
+
+def _nothing() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    return np.zeros((0, 16), np.uint8), np.zeros(0, bool), np.zeros((0, 16), np.uint8)
+
+
+#: Parts :func:`read_ahead` holds ready (about 17 MB of results).
+AHEAD = 8
+
+
+def read_ahead(parts: Iterator[StoredPart], executor: ThreadPoolExecutor) -> Generator[StoredPart, None, None]:
+    """``parts``, made by a task of ``executor`` at most :data:`AHEAD` ahead of the one asked for, so that what
+    the caller does with each (matching) runs beside the reading of the next (numpy steps release the GIL).
+    Closing the iterator stops the task; an error it met is raised here, where its part would have come.
+    """
+    ready: queue.Queue[tuple[StoredPart | None, BaseException | None]] = queue.Queue(AHEAD)
+    stop = threading.Event()
+
+    def offer(item: tuple[StoredPart | None, BaseException | None]) -> None:
+        while not stop.is_set():
+            with contextlib.suppress(queue.Full):
+                ready.put(item, timeout=0.05)
+                return
+
+    def produce() -> None:
+        try:
+            for part in parts:
+                offer((part, None))
+                if stop.is_set():
+                    return
+            offer((None, None))
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread, which raises it
+            offer((None, exc))
+
+    task = executor.submit(produce)
+    try:
+        while True:
+            part, error = ready.get()
+            if error is not None:
+                raise error
+            if part is None:
+                return
+            yield part
+    finally:
+        stop.set()
+        task.result()  # (it stops within one part)
+
+
 def _pairs(
     data: bytes | mmap.mmap, offsets: np.ndarray, key_field: str, key_type: str
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -134,6 +215,10 @@ def _part_pairs(
     keyed = sized & scan.valid
     decode = sized & ~scan.scanned  # records the scan does not read: decoded as a reader would
     fast = np.flatnonzero(keyed)
+    strided = _strided_keys(buffer, scan, fast) if key_type == "str" else None
+    if strided is not None:
+        pairs[fast] = hashing.fixed_pair_hashes(strided, _fixed(contents[fast]))
+        fast = fast[:0]
     if len(fast):
         if key_type == "str":
             keys = _gathered(buffer, scan.starts[fast], scan.lengths[fast])
@@ -158,6 +243,20 @@ def _part_pairs(
         pairs[rows] = hashing.pair_hashes(key_array, _fixed(contents[rows]))
         keyed[rows] = True
     return pairs, keyed, contents
+
+
+def _strided_keys(buffer: np.ndarray, scan: recordscan.ScannedKeys, rows: np.ndarray) -> np.ndarray | None:
+    """The text keys of records ``rows`` as the rows of an ``(n, width)`` view of ``buffer``, when they are all of
+    one width at one stride (records of one shape in a chunk) and ASCII (so valid UTF-8); ``None`` otherwise."""
+    if len(rows) < 2:
+        return None
+    starts, lengths = scan.starts[rows], scan.lengths[rows]
+    steps = np.diff(starts)
+    if not (lengths == lengths[0]).all() or not (steps == steps[0]).all() or steps[0] < lengths[0]:
+        return None
+    width, stride = int(lengths[0]), int(steps[0])
+    keys = np.lib.stride_tricks.as_strided(buffer[int(starts[0]) :], (len(rows), width), (stride, 1), writeable=False)
+    return keys if not width or int(keys.max()) < 0x80 else None
 
 
 def _gathered(buffer: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> pa.LargeBinaryArray:
@@ -219,7 +318,7 @@ def parts_of(chunks: Sequence[ChunkInfo], split: bool) -> list[Part]:
     return parts
 
 
-#: Parts handed to worker processes ahead of the one ``verify`` waits for (what they return is 17 bytes an item).
+#: Parts handed to worker processes ahead of the one ``verify`` waits for (what they return is 33 bytes an item).
 WINDOW = 32
 
 
@@ -231,21 +330,26 @@ def worker_pool(num_workers: int) -> ProcessPoolExecutor:
 
 
 def read_parts(
-    storage: Storage, parts: Sequence[Part], key_field: str, key_type: str, pool: ProcessPoolExecutor | None
+    storage: Storage,
+    parts: Sequence[Part],
+    key_field: str,
+    key_type: str,
+    pool: Executor | None,
+    window: int = WINDOW,
 ) -> Iterator[StoredPart]:
     """:func:`read_part` of each of ``parts``, in order: here as they are asked for, or in ``pool``.
 
-    With a pool, the first :data:`WINDOW` parts are handed out at once, before the
-    first is asked for: the workers read chunks while the caller reads the manifest.
+    With a pool, the first ``window`` parts are handed out at once, before the first
+    is asked for: the workers read chunks while the caller reads the manifest.
     """
     if pool is None:
         return (read_part(storage, part, key_field, key_type) for part in parts)
-    pending = deque(pool.submit(read_part, storage, part, key_field, key_type) for part in parts[:WINDOW])
-    return _collected(pool, pending, parts[WINDOW:], storage, key_field, key_type)
+    pending = deque(pool.submit(read_part, storage, part, key_field, key_type) for part in parts[:window])
+    return _collected(pool, pending, parts[window:], storage, key_field, key_type)
 
 
 def _collected(
-    pool: ProcessPoolExecutor,
+    pool: Executor,
     pending: deque[Future[StoredPart]],
     rest: Sequence[Part],
     storage: Storage,
