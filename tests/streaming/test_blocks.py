@@ -9,6 +9,7 @@ same view directory.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -231,38 +232,85 @@ def test_get_many_decoding_refuses_a_payload_holding_two_records() -> None:
         [],
         [0],  # the first row
         [COUNT - 1],  # the last row
+        [0, 1, 2, COUNT - 3, COUNT - 2, COUNT - 1],  # runs of dead rows at both ends
         list(range(BLOCK_ITEMS - 3, BLOCK_ITEMS + 40)),  # a run of dead rows across a block boundary
-        list(range(1, COUNT, 2)),  # every other row: live items' blocks span twice the rows
+        list(range(1, COUNT, 2)),  # every other row: live items' blocks span twice the rows, a run per item
         list(range(0, COUNT, 3)) + list(range(2 * BLOCK_ITEMS, 3 * BLOCK_ITEMS)),
+        [row for row in range(COUNT) if row != 300],  # all but one row dead
+        list(range(1, COUNT)),  # all but the first
+        list(range(COUNT - 1)),  # all but the last
     ],
-    ids=["none", "first", "last", "run-across-blocks", "every-other", "mixed"],
+    ids=[
+        "none",
+        "first",
+        "last",
+        "runs-at-both-ends",
+        "run-across-blocks",
+        "every-other",
+        "mixed",
+        "all-but-one",
+        "all-but-first",
+        "all-but-last",
+    ],
 )
 def test_live_rows_of_a_chunk_of_several_blocks_decode_as_the_records_at_those_rows(
     store: litstore.Store, dead: list[int]
 ) -> None:
-    """A chunk's live items are decoded a block at a time from where each lies: never a neighbour's record,
-    whichever rows are dead around them and wherever a block of live items starts."""
+    """A chunk's live items are decoded a block at a time from the runs of them (a new run after each dead row):
+    never a neighbour's record, whichever rows are dead around them and wherever a block of live items starts.
+    The dead rows hold bytes that are no record: reading one would fail the block."""
     import numpy as np
 
     from litstore.read.decoded import DecodedChunk
 
     head = store.head()
     chunk = head.manifest().column("chunk")[0].as_py()
-    data = (Path(store.root) / chunk).read_bytes()
+    data = bytearray((Path(store.root) / chunk).read_bytes())
+    offsets = chunk_layout.item_offsets(bytes(data), chunk)
+    for row in dead:  # the framing kept, the payload not a record
+        data[int(offsets[row]) + chunk_layout.ITEM_HEADER : int(offsets[row + 1])] = b"\xc1" * (
+            int(offsets[row + 1]) - int(offsets[row]) - chunk_layout.ITEM_HEADER
+        )
     hashes = b"".join(
         hashing.content_hash(codec.encode(record)) for record in _stored_order(store)
     )  # every row's, in row order
     live = np.setdiff1d(np.arange(COUNT), np.array(dead, dtype=np.int64))
-    decoded = DecodedChunk(data, chunk, hashes, None, live)
-    assert len(decoded) == len(live)
     stored = _stored_order(store)
-    assert [decoded.take(item) for item in range(len(decoded))] == [stored[row] for row in live.tolist()]
-    # Each block decodes in one pass (no item falls back to being decoded alone, which would hide a wrong skip).
-    offsets = chunk_layout.item_offsets(data, chunk)
+    for rows in (live, live.astype(np.uint32)):  # as a test gives them, and as a deletion vector does
+        decoded = DecodedChunk(bytes(data), chunk, hashes, None, rows)
+        assert len(decoded) == len(live)
+        # Each block decodes in one pass: no item falls back to being decoded alone, which would hide a wrong run.
+        blocks = [decoded._decode_block(block) for block in range(-(-len(live) // BLOCK_ITEMS))]
+        assert [record for records in blocks for record in records] == [stored[row] for row in live.tolist()]
+        decoded = DecodedChunk(bytes(data), chunk, hashes, None, rows)
+        assert [decoded.take(item) for item in range(len(decoded))] == [stored[row] for row in live.tolist()]
+    # The same runs, given to the codec by hand.
     starts, ends = offsets[live], offsets[live + 1]
-    gaps = codec.framed_gaps(starts, ends)
     for first in range(0, len(live), BLOCK_ITEMS):
-        block = slice(first, first + BLOCK_ITEMS)
-        assert codec.decode_framed_items(memoryview(data), starts[block], ends[block], gaps[block]) == [
-            stored[row] for row in live[block].tolist()
+        block_starts, block_ends = starts[first : first + BLOCK_ITEMS], ends[first : first + BLOCK_ITEMS]
+        heads = np.flatnonzero(block_starts[1:] != block_ends[:-1]) + 1
+        firsts = [int(block_starts[0]), *block_starts[heads].tolist()]
+        lasts = [*block_ends[heads - 1].tolist(), int(block_ends[-1])]
+        packed = np.cumsum(block_ends - block_starts).tolist()
+        assert codec.decode_framed_runs(memoryview(bytes(data)), firsts, lasts, packed) == [
+            stored[row] for row in live[first : first + BLOCK_ITEMS].tolist()
         ]
+
+
+def test_runs_that_do_not_add_up_to_their_items_are_refused_not_misread() -> None:
+    """``decode_framed_runs`` given runs shorter or longer than the items' framing, or placed wrong, returns
+    ``None`` (the caller then decodes item by item), never records cut from the wrong bytes."""
+    payloads = [codec.encode({"id": f"k{i}"}) for i in range(3)]
+    framed = b"".join(len(payload).to_bytes(4, "little") + payload for payload in payloads)
+    ends = list(itertools.accumulate(4 + len(payload) for payload in payloads))
+    view = memoryview(framed)
+    assert codec.decode_framed_runs(view, [0], [len(framed)], ends) == [{"id": "k0"}, {"id": "k1"}, {"id": "k2"}]
+    assert codec.decode_framed_runs(view, [0, ends[0]], [ends[0], len(framed)], ends) == [
+        {"id": "k0"},
+        {"id": "k1"},
+        {"id": "k2"},
+    ]  # the same items as two runs
+    assert codec.decode_framed_runs(view, [0], [len(framed) - 1], ends) is None  # a run cut short
+    assert codec.decode_framed_runs(view, [0, 0], [len(framed), 4], ends) is None  # more bytes than the items
+    assert codec.decode_framed_runs(view, [0, ends[0] + 1], [ends[0], len(framed)], ends) is None  # a run misplaced
+    assert codec.decode_framed_runs(view, [], [], []) == []

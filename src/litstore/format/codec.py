@@ -538,60 +538,44 @@ def decode_framed(chunk: memoryview, offsets: Any) -> list[Any] | None:
     if not count:
         return []
     base = int(offsets[0])
-    return _unpack_items(chunk, base, itertools.repeat(4), (offsets[1:] - base).tolist())
+    ends = (offsets[1:] - base).tolist()
+    return _unpack_items((chunk[base : base + ends[-1]],), ends)
 
 
-def framed_gaps(starts: Any, ends: Any) -> Any:
-    """The bytes to pass over before the payload of each item framed at ``chunk[starts[i]:ends[i]]`` (int64
-    arrays, increasing): its 4-byte size, and for each item after the first the bytes between the previous
-    item's end and its start (the dead items a deletion vector passes over).
+def decode_framed_runs(chunk: memoryview, firsts: list[int], lasts: list[int], ends: list[int]) -> list[Any] | None:
+    """:func:`decode_framed` of items that need not be consecutive, given as runs of consecutive ones.
 
-    Computed once for a chunk's live items, so that :func:`decode_framed_items` of each block of them is
-    slices and no arithmetic.
+    Run ``j`` of the items lies at ``chunk[firsts[j]:lasts[j]]``. The runs' bytes are
+    read one after the other as if they were one span, and item ``i`` ends at ``ends[i]``
+    of that span (the running sum of the items' framed sizes). Only the runs are read:
+    the bytes between them (a deletion vector's dead rows) are never copied, decoded or
+    checked, so decoding the live items of a chunk costs what decoding as many
+    consecutive items does plus a step per run. Returns ``None`` when the items cannot
+    be decoded this way (damage, or runs that do not add up to ``ends[-1]``).
     """
-    gaps = np.empty(len(starts), dtype=np.int64)
-    if len(starts):
-        gaps[0] = 0
-        np.subtract(starts[1:], ends[:-1], out=gaps[1:])
-        gaps += 4
-    return gaps
-
-
-def decode_framed_items(chunk: memoryview, starts: Any, ends: Any, gaps: Any) -> list[Any] | None:
-    """:func:`decode_framed` of items that need not be consecutive: item ``i`` framed at ``chunk[starts[i]:ends[i]]``.
-
-    ``starts`` and ``ends`` are int64 arrays, increasing and not overlapping; ``gaps``
-    is :func:`framed_gaps` of them, or the same slice of a longer run's (its first entry
-    is not used: the read starts at the first item). The bytes between items (a deletion
-    vector's dead rows) are passed over in the same read: they cost no Python code, and
-    are neither decoded nor checked. Returns ``None`` when the items cannot be decoded
-    this way (damage).
-    """
-    if not len(starts):
-        return []
-    base = int(starts[0])
-    skips = gaps.tolist()
-    skips[0] = 4
-    return _unpack_items(chunk, base, skips, (ends - base).tolist())
-
-
-def _unpack_items(chunk: memoryview, base: int, gaps: Iterable[int], ends: list[int]) -> list[Any] | None:
-    """One record from each item of ``chunk`` read from ``base`` on: skip ``gaps[i]`` bytes, decode one record,
-    which must end at ``ends[i]`` (relative to ``base``); ``None`` where the bytes do not decode so."""
     if not ends:
         return []
-    unpacker = msgpack.Unpacker(max_buffer_size=max(ends[-1], 1), **_UNPACK_OPTIONS)
-    unpacker.feed(chunk[base : base + ends[-1]])
-    skip, unpack, tell = unpacker.read_bytes, unpacker.unpack, unpacker.tell
+    return _unpack_items(map(chunk.__getitem__, map(slice, firsts, lasts)), ends)
+
+
+def _unpack_items(pieces: Iterable[memoryview], ends: list[int]) -> list[Any] | None:
+    """One record from each item of the bytes of ``pieces`` read one after the other: skip the item's 4-byte
+    size, decode one record, which must end at ``ends[i]`` of those bytes; ``None`` where they do not decode so."""
+    size = max(ends[-1], 1)
+    # One buffer of the whole size from the start: fed piece by piece, it is never grown and copied again.
+    unpacker = msgpack.Unpacker(read_size=size, max_buffer_size=size, **_UNPACK_OPTIONS)
     records: list[Any] = []
     append = records.append
     try:
-        for gap, end in zip(gaps, ends, strict=False):  # (gaps may repeat without end)
-            skip(gap)
+        for piece in pieces:
+            unpacker.feed(piece)
+        skip, unpack, tell = unpacker.read_bytes, unpacker.unpack, unpacker.tell
+        for end in ends:
+            skip(4)
             append(unpack())
             if tell() != end:
                 return None
-    except (*_DECODE_FAILURES, msgpack.OutOfData):
+    except (*_DECODE_FAILURES, msgpack.OutOfData, msgpack.BufferFull):
         return None
     return records
 

@@ -98,14 +98,19 @@ class DecodedChunk:
             raise IntegrityError(f"chunk {name} holds {count} items; row {int(live[-1])} is said to be live")
         self._expected = None if expected is None else np.frombuffer(expected, np.uint8).reshape(-1, 16)
         self._check = check if check is not None else RecordCheck(None)
-        self._rows = None if live is None else np.asarray(live, dtype=np.int64)
+        self._rows = None if live is None else np.asarray(live)
         self._items = count if live is None else len(live)
         if self._rows is not None:
-            # Where each live item's framing lies, and the bytes before its payload, for the whole chunk at
-            # once: a block is then slices of these, as cheap as a block of a chunk with no dead rows.
-            self._starts = self._offsets[self._rows].astype(np.int64)
-            self._ends = self._offsets[self._rows + 1].astype(np.int64)
-            self._gaps = codec.framed_gaps(self._starts, self._ends)
+            # Where each live item lies, and the runs of live items lying back to back (a new run after each
+            # dead row), for the whole chunk at once and as the offsets are stored (uint32): a block is then
+            # slices of these, and reads its runs' bytes only (see codec.decode_framed_runs).
+            starts, ends = self._offsets[self._rows], self._offsets[1:][self._rows]
+            heads = np.flatnonzero(starts[1:] != ends[:-1]) + 1  # the live items that begin a run, but the first
+            self._starts, self._ends, self._heads = starts, ends, heads
+            self._run_firsts, self._run_lasts = starts[heads], ends[heads - 1]  # a run's first byte, the last one's end
+            # Where each live item ends in the live items' bytes read back to back (a block's are slices of these).
+            self._packed = np.zeros(len(starts) + 1, dtype=np.int64)
+            np.cumsum(ends - starts, out=self._packed[1:])
         # The records of the blocks decoded and not yet handed out whole, and how many of each are left.
         self._blocks: dict[int, list[Any]] = {}
         self._left: dict[int, int] = {}
@@ -167,10 +172,14 @@ class DecodedChunk:
             starts, ends = offsets[:-1], offsets[1:]
             expected = None if self._expected is None else self._expected[first:last]
             decoded = codec.decode_framed(self._view, offsets)
-        else:  # live rows only: the dead ones between them are passed over unread
+        else:  # live rows only: the runs of them are read, the dead rows between them never
             starts, ends = self._starts[first:last], self._ends[first:last]
-            expected = None if self._expected is None else self._expected[self._rows[first:last]]
-            decoded = codec.decode_framed_items(self._view, starts, ends, self._gaps[first:last])
+            expected = None if self._expected is None else self._expected.take(self._rows[first:last], axis=0)
+            low, high = self._heads.searchsorted((first + 1, last)).tolist()  # the runs that begin inside the block
+            firsts = [int(starts[0]), *self._run_firsts[low:high].tolist()]
+            lasts = [*self._run_lasts[low:high].tolist(), int(ends[-1])]
+            packed = self._packed[first : last + 1]
+            decoded = codec.decode_framed_runs(self._view, firsts, lasts, (packed[1:] - packed[0]).tolist())
         damaged: list[int] = []
         if expected is not None:
             payloads = list(
