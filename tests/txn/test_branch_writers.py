@@ -49,9 +49,14 @@ def _append_shared(root: str, branch: str, tag: str, rounds: int, barrier: Any, 
 
 
 def _run(context: Any, target: Any, calls: list[tuple[Any, ...]]) -> dict[str, Any]:
-    barrier = context.Barrier(len(calls))
+    return _run_jobs(context, [(target, call) for call in calls])
+
+
+def _run_jobs(context: Any, jobs: list[tuple[Any, tuple[Any, ...]]]) -> dict[str, Any]:
+    """Start each ``target(*call, barrier, results)`` in a process; what each put in ``results``, by tag."""
+    barrier = context.Barrier(len(jobs))
     results = context.Queue()
-    processes = [context.Process(target=target, args=(*call, barrier, results)) for call in calls]
+    processes = [context.Process(target=target, args=(*call, barrier, results)) for target, call in jobs]
     for process in processes:
         process.start()
     gathered = dict(results.get(timeout=TIMEOUT) for _ in processes)
@@ -133,17 +138,9 @@ def test_writers_of_a_branch_deleted_under_them_commit_before_or_are_told(
     store.append([{"id": "seed", "by": "seed"}])
     store.branches.create("side")
     before = tree_files(Path(root))
-    calls = [(root, "side", tag, 40) for tag in ("x", "y")]
-    barrier = forkserver.Barrier(3)
-    results = forkserver.Queue()
-    processes = [forkserver.Process(target=_append_until_gone, args=(*call, barrier, results)) for call in calls]
-    processes.append(forkserver.Process(target=_delete_branch, args=(root, "side", "deleter", 0.3, barrier, results)))
-    for process in processes:
-        process.start()
-    outcomes = dict(results.get(timeout=TIMEOUT) for _ in processes)
-    for process in processes:
-        process.join(timeout=TIMEOUT)
-        assert process.exitcode == 0
+    jobs: list[tuple[Any, tuple[Any, ...]]] = [(_append_until_gone, (root, "side", tag, 40)) for tag in ("x", "y")]
+    jobs.append((_delete_branch, (root, "side", "deleter", 0.3)))
+    outcomes = _run_jobs(forkserver, jobs)
 
     assert outcomes["deleter"] == ["deleted"]
     for tag in ("x", "y"):

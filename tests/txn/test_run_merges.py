@@ -43,7 +43,7 @@ def test_the_newest_entry_of_each_key_survives_shared_hashes(
     if oldest:
         model = {key: value for key, value in model.items() if value[0] != keyrun.DELETED}
 
-    kept = _newest(parts, oldest)
+    kept = _newest(np.concatenate(parts), np.array([len(part) for part in parts]), oldest)
 
     got = {
         (int(entry["key_hash"]), bytes(entry["keyprint"])): (int(entry["chunk"]), int(entry["row"])) for entry in kept

@@ -155,7 +155,7 @@ def merged(
     names = list(dict.fromkeys(new_names + old_names))
     place = {name: number for number, name in enumerate(names)}
     both, sizes = _joined([new_entries, old_entries], [new_names, old_names], place)
-    kept = _newest_joined(both, sizes, oldest)
+    kept = _newest(both, sizes, oldest)
     used = np.unique(kept["chunk"][kept["chunk"] != keyrun.DELETED])
     if len(used) < len(names):  # chunks no entry names any more leave the table
         mapping = np.full(len(names), keyrun.DELETED, dtype=np.uint32)
@@ -184,15 +184,10 @@ def _joined(
     return both, sizes
 
 
-def _newest(parts: Sequence[np.ndarray], oldest: bool) -> np.ndarray:
-    """The newest entry of each key of ``parts`` (newest part first, each sorted by key hash, chunk ids of one
-    table), in key-hash order; deleted entries dropped if ``oldest`` (nothing older is left for them to hide)."""
-    sizes = np.fromiter(map(len, parts), dtype=np.int64, count=len(parts))
-    return _newest_joined(np.concatenate(parts), sizes, oldest)
-
-
-def _newest_joined(both: np.ndarray, sizes: np.ndarray, oldest: bool) -> np.ndarray:
-    """:func:`_newest` of the parts of ``sizes`` entries laid end to end in ``both``.
+def _newest(both: np.ndarray, sizes: np.ndarray, oldest: bool) -> np.ndarray:
+    """The newest entry of each key of the parts of ``sizes`` entries laid end to end in ``both`` (newest part
+    first, each sorted by key hash, chunk ids of one table), in key-hash order; deleted entries dropped if
+    ``oldest`` (nothing older is left for them to hide).
 
     A stable sort by key hash alone keeps each key's entries newest first, and merges the
     sorted parts in one pass (4.4x faster than sorting by hash, keyprint and age, which
@@ -218,7 +213,7 @@ def _newest_joined(both: np.ndarray, sizes: np.ndarray, oldest: bool) -> np.ndar
 
 
 def _newest_sorted_fully(both: np.ndarray, sizes: np.ndarray, oldest: bool) -> np.ndarray:
-    """:func:`_newest_joined` where two keys share a key hash: entries sorted by hash, keyprint, then age."""
+    """:func:`_newest` where two keys share a key hash: entries sorted by hash, keyprint, then age."""
     age = np.repeat(np.arange(len(sizes), dtype=np.uint16), sizes)
     prints = np.ascontiguousarray(both["keyprint"]).view(np.uint64).reshape(-1, 2)
     order = np.lexsort((age, prints[:, 1], prints[:, 0], both["key_hash"]))
@@ -276,7 +271,7 @@ def write_full_run(
                 parts = [entries[start:stop]] + [reader.between(low, high) for reader in readers]
                 both, sizes = _joined(parts, tables, place)
                 del parts
-                writer.add(_newest_joined(both, sizes, oldest=True))
+                writer.add(_newest(both, sizes, oldest=True))
                 del both
                 release_freed()
             size = writer.finish(union)
