@@ -197,8 +197,9 @@ def check_key_run(path: str) -> str:
 
 def key_run_number(path: str) -> int:
     """The version that wrote key run ``path`` (checked)."""
-    match = _KEY_RUN.fullmatch(check_key_run(path))
-    assert match is not None
+    match = _KEY_RUN.fullmatch(path) if isinstance(path, str) else None
+    if match is None:
+        raise ValueError(f"{path!r} is not a key run path of this store's layout")
     return int(match.group(1))
 
 

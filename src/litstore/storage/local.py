@@ -40,6 +40,8 @@ class LocalStorage(Storage):
         if options:
             raise StorageError("storage_options apply to remote stores only, not to a local directory")
         self.root = Path(os.path.realpath(Path(root).absolute()))
+        self._root_text = str(self.root)
+        self._directories: set[str] = set()  # steps below the root seen to be directories, not links
 
     def __repr__(self) -> str:
         return f"LocalStorage({str(self.root)!r})"
@@ -49,15 +51,28 @@ class LocalStorage(Storage):
         return str(self.root)
 
     def _full(self, path: str) -> Path:
-        """The file system path of ``path``, refused if anything on the way below the root is a symlink.
+        """The file system path of ``path``, refused if anything on the way below the root is a symlink."""
+        return Path(self._checked(path, final=True))
+
+    def _checked(self, path: str, *, final: bool) -> str:
+        """The file system path of ``path`` as text, refused if a step below the root is a symlink.
 
         The root itself was resolved when the storage was opened; each existing step
-        below it is looked at without following it (one ``lstat`` a step).
+        below it is looked at without following it (one ``lstat`` a step), the last only
+        if ``final`` (a caller that opens it with ``O_NOFOLLOW`` checks it by opening).
+        A step found to be a directory is not looked at again by this storage: a store's
+        directories are not swapped for links while it is used (see the threat model in
+        docs/design.md), and a lookup's reads went from four system calls to two.
         """
         segments = check_path(path).split("/")
-        step = str(self.root)
-        for segment in segments:
-            step = os.path.join(step, segment)
+        full = os.path.join(self._root_text, *segments)
+        step, last = self._root_text, len(segments) - 1
+        for index, segment in enumerate(segments):
+            step = f"{step}{os.sep}{segment}"
+            if index < last and step in self._directories:
+                continue
+            if index == last and not final:
+                break
             try:
                 mode = os.lstat(step).st_mode
             except (FileNotFoundError, NotADirectoryError):
@@ -66,7 +81,9 @@ class LocalStorage(Storage):
                 raise StorageError(f"cannot look up {path!r} in {self.root}: {exc}") from exc
             if stat.S_ISLNK(mode):
                 raise UnsafePathError(f"{path!r} in {self.root} leads through a symbolic link; refused")
-        return self.root.joinpath(*segments)
+            if index < last and stat.S_ISDIR(mode):
+                self._directories.add(step)
+        return full
 
     def local_path(self, path: str) -> str:
         return str(self._full(path))
@@ -76,9 +93,16 @@ class LocalStorage(Storage):
         return LocalInput(str(self.root))
 
     def read(self, path: str) -> bytes:
-        with self._open(path) as handle:
-            data: bytes = handle.read()
-        return data
+        descriptor, size = self._descriptor(path)
+        try:
+            parts = [os.read(descriptor, size + 1)]  # one call for a file that did not grow meanwhile
+            while parts[-1]:
+                parts.append(os.read(descriptor, 1 << 20))
+        except OSError as exc:
+            raise StorageError(f"cannot read {path!r} in {self.root}: {exc}") from exc
+        finally:
+            os.close(descriptor)
+        return parts[0] if len(parts) == 2 else b"".join(parts)
 
     def mapped(self, path: str) -> mmap.mmap | bytes:
         with self._open(path) as handle:
@@ -90,10 +114,7 @@ class LocalStorage(Storage):
                 raise StorageError(f"cannot map {path!r} in {self.root}: {exc}") from exc
 
     def read_range(self, path: str, start: int, end: int) -> bytes:
-        with self._open(path) as handle:
-            handle.seek(start)
-            data: bytes = handle.read(max(end - start, 0))
-        return data
+        return bytes(self.read_ranges(path, [(start, end)])[0])
 
     def read_ranges(self, path: str, spans: Sequence[tuple[int, int]]) -> list[bytes | memoryview]:
         """Each span of the file, opened (and checked) once, read into one buffer: views of it.
@@ -104,30 +125,47 @@ class LocalStorage(Storage):
         sizes = [max(end - start, 0) for start, end in spans]
         buffer = memoryview(bytearray(sum(sizes)))
         views: list[bytes | memoryview] = []
-        with self._open(path) as handle:
-            descriptor, at = handle.fileno(), 0
+        descriptor, _ = self._descriptor(path)
+        try:
+            at = 0
             for (start, _), size in zip(spans, sizes, strict=True):
                 got = os.preadv(descriptor, [buffer[at : at + size]], start) if size else 0
                 views.append(buffer[at : at + got])  # (fewer past the end of the file)
                 at += size
+        except OSError as exc:
+            raise StorageError(f"cannot read {path!r} in {self.root}: {exc}") from exc
+        finally:
+            os.close(descriptor)
         return views
+
+    def _descriptor(self, path: str) -> tuple[int, int]:
+        """A descriptor open for reading a regular file, and its size; never through a symlink (``O_NOFOLLOW``
+        checks the last step), never blocking on a FIFO."""
+        full = self._checked(path, final=False)
+        try:
+            descriptor = os.open(full, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        except (FileNotFoundError, NotADirectoryError) as exc:
+            raise MissingFileError(f"no file {path!r} in {self.root}") from exc
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise UnsafePathError(f"{path!r} in {self.root} is a symbolic link; refused") from exc
+            raise StorageError(f"cannot read {path!r} in {self.root}: {exc}") from exc
+        try:
+            status = os.fstat(descriptor)
+            if stat.S_ISDIR(status.st_mode):
+                raise MissingFileError(f"no file {path!r} in {self.root} (it is a directory)")
+            if not stat.S_ISREG(status.st_mode):
+                raise UnsafePathError(f"{path!r} in {self.root} is not a regular file; refused")
+        except BaseException:
+            os.close(descriptor)
+            raise
+        return descriptor, status.st_size
 
     @contextmanager
     def _open(self, path: str) -> Iterator[Any]:
         """Open a regular file for reading, never following a final symlink nor blocking on a FIFO."""
-        full = self._full(path)
+        descriptor, _ = self._descriptor(path)
         try:
-            descriptor = os.open(full, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-        except (FileNotFoundError, NotADirectoryError) as exc:
-            raise MissingFileError(f"no file {path!r} in {self.root}") from exc
-        except OSError as exc:
-            raise StorageError(f"cannot read {path!r} in {self.root}: {exc}") from exc
-        try:
-            mode = os.fstat(descriptor).st_mode
-            if stat.S_ISDIR(mode):
-                raise MissingFileError(f"no file {path!r} in {self.root} (it is a directory)")
-            if not stat.S_ISREG(mode):
-                raise UnsafePathError(f"{path!r} in {self.root} is not a regular file; refused")
             handle = os.fdopen(descriptor, "rb")
         except BaseException:
             os.close(descriptor)
@@ -273,11 +311,11 @@ class LocalStorage(Storage):
         ``os.scandir`` down the tree, never into a link (a directory that cannot be listed
         is skipped, as ``os.walk`` does); one ``lstat`` a file, no ``Path`` objects.
         """
-        top = self._full(prefix)
-        if not top.is_dir():
+        top = self._checked(prefix, final=True)
+        if not os.path.isdir(top):
             return
-        skip = len(str(self.root)) + 1
-        pending = [str(top)]
+        skip = len(self._root_text) + 1
+        pending = [top]
         while pending:
             try:
                 entries = list(os.scandir(pending.pop()))
@@ -328,12 +366,14 @@ class LocalStorage(Storage):
                 parent.rmdir()
             except OSError:
                 return
+            self._directories.discard(str(parent))
             parent = parent.parent
 
     def delete_tree(self, prefix: str) -> None:
         top = self._full(prefix)
         if top.is_symlink() or not top.exists():
             return
+        self._directories.clear()  # (the tree's directories are checked again when they are made again)
         for attempt in range(_TREE_ATTEMPTS):
             try:
                 _rmtree(top)
