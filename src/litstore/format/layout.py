@@ -185,7 +185,9 @@ def key_run(number: int, transaction: str) -> str:
     return f"{MANIFESTS}/{version_name(number)}-{transaction}.keys"
 
 
-_KEY_RUN = re.compile(r"manifests/(\d{8,})-[0-9a-f]{20}\.keys")
+#: What :func:`key_run` names (anchored: a pydantic field pattern is searched, not matched).
+KEY_RUN_PATTERN = r"^manifests/([0-9]{8,})-[0-9a-f]{20}\.keys$"
+_KEY_RUN = re.compile(KEY_RUN_PATTERN)
 
 
 def check_key_run(path: str) -> str:
