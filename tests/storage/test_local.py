@@ -18,6 +18,8 @@ import uuid
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import litstore
 from litstore.errors import LitstoreError, StorageError, UnsafePathError
@@ -292,3 +294,27 @@ def test_an_overlong_path_gives_a_storage_error(tmp_path: Path) -> None:
     for call in (storage.exists, storage.read, storage.delete, storage.mapped):
         with pytest.raises(StorageError):
             call(path)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    size=st.integers(0, 6000),
+    spans=st.lists(st.tuples(st.integers(0, 7000), st.integers(0, 2500)), max_size=30),
+)
+def test_read_ranges_read_together_are_each_span_of_the_file(
+    tmp_path: Path, size: int, spans: list[tuple[int, int]]
+) -> None:
+    """Spans a KiB apart share one read: overlapping, side by side, out of order, empty or past the end,
+    each view is exactly its slice of the file."""
+    data = bytes(range(256)) * (size // 256) + bytes(size % 256)
+    storage = LocalStorage(tmp_path)
+    storage.write("f", data)
+    asked = [(start, start + length) for start, length in spans]
+    assert [bytes(view) for view in storage.read_ranges("f", asked)] == [data[start:end] for start, end in asked]
+
+
+def test_a_negative_offset_is_a_storage_error(root: Path) -> None:
+    storage = LocalStorage(root)
+    storage.write("f", b"0123456789")
+    with pytest.raises(StorageError, match="cannot read 'f'"):
+        storage.read_ranges("f", [(2, 4), (-3, 1)])
