@@ -6,11 +6,16 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 
+import numpy as np
 import pytest
 
 import litstore
 from litstore._litdata.index import ChunkInfo
+from litstore.format import keyrun
+from litstore.read import version as version_module
+from litstore.read.keyruns import RunReader
 from litstore.read.version import VersionReader
+from litstore.txn import keyruns as txn_keyruns
 from tests.read.test_key_runs import _Counting
 from tests.store.test_upgrade import runs_agree_with_manifest
 
@@ -234,3 +239,49 @@ def test_a_compaction_planned_before_a_write_plans_again_on_it(make_store: Calla
     expected[upserted] = record(number, rev=9)
     del expected[deleted]
     _lands_as(store, expected)
+
+
+def test_a_large_version_compacts_without_composing_its_manifest(
+    make_store: Callable[..., litstore.Store], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past ``STREAMED_ROWS`` the rows a compaction moves are streamed out of the manifest, its checkpoint
+    streamed, its key run merged from the parent's runs; the run names only the chunks the version lists."""
+    store = make_store(key="id", splits=litstore.HashSplit(train=0.7, val=0.3), chunk_bytes=8192)
+    for batch in range(30):
+        store.append([record(batch * 10 + i) for i in range(10)])
+    store.upsert([record(7, rev=3)])
+    store.delete(["k0008", "k0123"])
+    before = store.version
+    composed: list[int] = []
+    real = version_module.compose_manifest
+
+    def counting(storage: object, config: object, number: int) -> object:
+        composed.append(number)
+        return real(storage, config, number)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(version_module, "STREAMED_ROWS", 50)
+    monkeypatch.setattr(version_module, "compose_manifest", counting)
+    version = litstore.open(store.root).compact()
+    assert composed == [], "compaction composed a whole manifest"
+    assert version.operation == "compact" and version.fingerprint == before.fingerprint and version.checkpoint
+    monkeypatch.undo()
+    expected = {f"k{i:04d}": record(i, rev=3 if i == 7 else 0) for i in range(300) if i not in (8, 123)}
+    reopened = litstore.open(store.root)
+    assert dict(reopened.items()) == expected and reopened.verify(expected_keys=expected).ok
+    assert not reopened.diff(before.number, version.number)
+    runs_agree_with_manifest(reopened.head().reader, gone=["k0008", "k0123"])
+    (run,) = version.key_runs
+    listed = {chunk.filename for chunks in reopened.chunks().values() for chunk in chunks}
+    assert set(RunReader(reopened.head().storage, run).tail().chunks) == listed
+
+
+def test_a_full_run_with_a_live_entry_in_a_retired_chunk_is_refused(
+    make_store: Callable[..., litstore.Store],
+) -> None:
+    store = _small_appends(make_store, appends=3)
+    head = store.head().reader
+    chunk = next(iter(store.chunks().values()))[0].filename
+    empty = (np.zeros(0, dtype=keyrun.ENTRY), [])
+    with pytest.raises(litstore.IntegrityError, match="points into chunk"):
+        txn_keyruns.write_full_run(head.storage, 99, "0" * 20, empty, head.version.key_runs, True, frozenset([chunk]))
+    assert not [name for name in head.storage.names("manifests") if name.startswith("00000099")]

@@ -478,6 +478,31 @@ class VersionReader:
             return found.select(["position", "key", "content_hash", "split", "chunk", "row"])
         return self._rows_in_runs(keys, hashes)
 
+    def rows_in_chunks(self, chunks: Sequence[str], leaving: Sequence[Key] = ()) -> pa.Table:
+        """This version's manifest rows stored in ``chunks``, less those of ``leaving`` keys, by chunk and row:
+        the rows a compaction moves.
+
+        Taken from the manifest where it is held or small; a larger version's manifest is
+        streamed (:func:`~litstore.read.manifests.consume_manifest`), a row group at a time,
+        and only the rows in ``chunks`` are kept: memory follows the chunks rewritten, not
+        the store (a compaction after 100 small appends to 16M records held 6.1 GiB).
+
+        Raises:
+            IntegrityError: a manifest file is damaged.
+            VersionNotFoundError: gc expired a version of the chain while it was read.
+        """
+        wanted = sorted(chunks)
+        manifest = self._manifest_if_small()
+        if manifest is None:
+
+            def in_chunks(schema: pa.Schema, parts: Iterator[pa.Table]) -> pa.Table:
+                found = [query.rows_in_chunks(part, wanted) for part in parts]
+                return pa.concat_tables([part for part in found if part.num_rows] or [schema.empty_table()])
+
+            manifest = consume_manifest(self._storage, self._config, self._version.number, in_chunks)
+        excluded = query.key_mask(manifest, list(leaving)) if leaving else None
+        return query.rows_in_chunks(manifest, wanted, excluded)
+
     def _rows_in_runs(self, keys: pa.Array, hashes: np.ndarray | None = None) -> pa.Table:
         """:meth:`rows_for_keys` from the key runs: what :meth:`indexed_rows` projects too."""
         listed = keys.to_pylist()

@@ -331,9 +331,9 @@ def _write_version(
     # Format 4 writes few delta rows per change (no moved rows): it lets the chain grow to
     # twice the live rows, so a store written by appends gets no checkpoint from its first delete.
     allowed = sum(counts.values()) * (2 if config.writes_deletion_vectors else 1)
-    # A checkpoint is composed in memory where the manifest is at hand (a compaction composes it to plan;
-    # a head that built it), else streamed from the files (txn/checkpoint.py): a store of any size.
-    in_memory = operation == "compact" or head.built_manifest is not None
+    # A checkpoint is composed in memory where the manifest is at hand (a head that built it), else streamed
+    # from the files (txn/checkpoint.py): a store of any size.
+    in_memory = head.built_manifest is not None
     if operation == "compact" or number % config.checkpoint_interval == 0 or pending_rows > allowed:
         checkpoint_path = layout.manifest_checkpoint(number, transaction)
         written.append(checkpoint_path)
@@ -383,8 +383,9 @@ def _write_version(
                     storage, number, transaction, keyruns.full_run(full), (), filtered
                 )
             elif checkpoint_path is not None:  # merged from the runs a range of key hashes at a time
+                retired = current.dropped_chunks if operation == "compact" else frozenset()
                 key_runs, run_files = keyruns.write_full_run(
-                    storage, number, transaction, run, parent.key_runs, filtered
+                    storage, number, transaction, run, parent.key_runs, filtered, retired
                 )
             else:
                 key_runs, run_files = keyruns.write_runs(storage, number, transaction, run, parent.key_runs, filtered)

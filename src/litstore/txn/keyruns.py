@@ -38,6 +38,7 @@ from collections.abc import Sequence
 import numpy as np
 import pyarrow as pa
 
+from litstore.errors import IntegrityError
 from litstore.format import hashing, keyrun, layout
 from litstore.format import manifest as manifest_format
 from litstore.format.models import KeyRunRef
@@ -239,6 +240,7 @@ def write_full_run(
     run: tuple[np.ndarray, list[str]],
     parent_runs: tuple[KeyRunRef, ...],
     filtered: bool,
+    retired: frozenset[str] = frozenset(),
 ) -> tuple[tuple[KeyRunRef, ...], list[str]]:
     """Write version ``number``'s one run of every record: ``run`` (its commit's) merged with every one of
     ``parent_runs``, one range of key hashes at a time, as :func:`write_runs` returns its runs.
@@ -249,12 +251,17 @@ def write_full_run(
     ranges are cut evenly), is merged by :func:`_newest` and streamed to the run's file
     (:class:`~litstore.format.keyrun.RunWriter`): memory is one range, whatever the
     store holds. The chunk table is every table's names; a name no live entry uses any
-    more stays in it (harmless: a run's table only resolves its entries' ids).
+    more stays in it (harmless: a run's table only resolves its entries' ids), except
+    the ``retired`` chunks (a compaction's: it moved every live row out of them), which
+    are left out, so a lookup of the compacted version checks no name of the 1,000 chunks
+    1,000 small appends left. An entry still in a retired chunk is an ``IntegrityError``.
     """
     entries, names = run
     readers = [RunReader(storage, ref) for ref in parent_runs]
     tables = [list(names)] + [list(reader.tail().chunks) for reader in readers]
-    union = list(dict.fromkeys(name for table in tables for name in table))
+    union = list(dict.fromkeys(name for table in tables for name in table if name not in retired))
+    listed = len(union)  # the retired names come last, and are not written
+    union += sorted({name for table in tables for name in table if name in retired})
     place = {name: position for position, name in enumerate(union)}
     total = len(entries) + sum(ref.entries for ref in parent_runs)
     ranges = max(1, -(-total // _MERGE_RANGE))
@@ -271,10 +278,18 @@ def write_full_run(
                 parts = [entries[start:stop]] + [reader.between(low, high) for reader in readers]
                 both, sizes = _joined(parts, tables, place)
                 del parts
-                writer.add(_newest(both, sizes, oldest=True))
+                newest = _newest(both, sizes, oldest=True)
                 del both
+                if len(newest) and int(newest["chunk"].max()) >= listed:
+                    stale = union[int(newest["chunk"].max())]
+                    raise IntegrityError(
+                        f"a live key-run entry of version {number - 1} points into chunk {stale}, which this "
+                        "compaction rewrote without moving that row; nothing was committed (verify() the version)"
+                    )
+                writer.add(newest)
+                del newest
                 release_freed()
-            size = writer.finish(union)
+            size = writer.finish(union[:listed])
             if not writer.entries:  # every record deleted: the version lists no run (see has_key_index)
                 raise _NothingLive
     except _NothingLive:

@@ -341,7 +341,5 @@ def _survivors(parent: VersionReader, dropped: frozenset[str], leaving: set[Any]
     fields = declared_fields(parent.config, parent.version)
     if not dropped:
         return held_schema(parent.config.key_type, fields).empty_table()
-    manifest = parent.manifest()
-    excluded = query.key_mask(manifest, list(leaving)) if leaving else None
-    survivors = query.rows_in_chunks(manifest, sorted(dropped), excluded)
+    survivors = parent.rows_in_chunks(sorted(dropped), list(leaving))
     return survivors.select(columns(fields)).cast(held_schema(parent.config.key_type, fields))
