@@ -30,10 +30,10 @@ from litstore.storage.base import FileInfo, LocalInput, Storage, check_path
 
 # The temporary file a write renames into place: ``.tmp-<32 hex>-<name>``.
 _TEMPORARY = re.compile(r"\.tmp-[0-9a-f]{32}-.+")
-_TREE_ATTEMPTS = 50
+_TREE_ATTEMPTS = 50  # walks of a tree being deleted while writers that have not seen it add files
 #: Spans of one :meth:`LocalStorage.read_ranges` call this close are read by one system call: a call
 #: costs more than copying a KiB, and holding the KiB between two records is cheap.
-_GAP = 1024  # walks of a tree being deleted while writers that have not seen it add files
+_GAP = 1024
 
 
 class LocalStorage(Storage):
@@ -141,7 +141,9 @@ class LocalStorage(Storage):
                     stop = max(stop, order[last][1])
                     last += 1
                 buffer = memoryview(bytearray(stop - begin))
-                got = os.preadv(descriptor, [buffer], begin)  # (fewer past the end of the file)
+                got = 0  # fewer past the end of the file; a call reads at most 2 GiB
+                while got < len(buffer) and (read := os.preadv(descriptor, [buffer[got:]], begin + got)):
+                    got += read
                 for start, end, number in order[first:last]:
                     views[number] = buffer[min(start - begin, got) : min(end - begin, got)]
                 first = last
