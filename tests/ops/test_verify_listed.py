@@ -89,3 +89,20 @@ def test_mentioned_keys_are_found_as_the_set_and_its_filter_grow(expected: int) 
     found = mentioned.rows_of(np.concatenate([every[::3], absent]))
     assert found[: len(every[::3])].all()
     assert not found[len(every[::3]) :].any()
+
+
+def test_keyprints_are_sorted_by_their_first_word_even_when_its_high_bits_agree() -> None:
+    """Rows sorted by their first word with the row number in its low bits; rows whose first words differ only
+    in those bits come out of order and are sorted again."""
+    rng = np.random.default_rng(3)
+    for count in (1, 2, 5, 1000):
+        words = rng.integers(0, 2**64, (count, 2), dtype=np.uint64)
+        if count > 1:
+            words[: count // 2, 0] = (words[0, 0] & ~np.uint64(0xFFFF)) | rng.integers(0, 0xFFFF, count // 2).astype(
+                np.uint64
+            )
+        first, second = verify_listed._sorted_words(words)
+        order = np.argsort(words[:, 0], kind="stable")
+        assert np.array_equal(first, words[order, 0])
+        assert np.array_equal(np.sort(second), np.sort(words[:, 1]))
+        assert {(int(a), int(b)) for a, b in zip(first, second)} == {(int(a), int(b)) for a, b in words}

@@ -206,11 +206,10 @@ class _Mentioned:
 
     def add(self, prints: list[np.ndarray]) -> None:
         words = np.concatenate([_as_words(part) for part in prints])
-        order = np.argsort(words[:, 0])
-        first, second = words[order, 0], words[order, 1]
-        del words, order
-        if not len(first):
+        if not len(words):
             return
+        first, second = _sorted_words(words)
+        del words
         self._count += len(first)
         run_filter = _Filter(len(first))
         run_filter.mark(first)
@@ -243,6 +242,24 @@ class _Mentioned:
             found[asked[hit]] = True
             left = left[~found[left]]
         return found
+
+
+def _sorted_words(words: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(n, 2)`` keyprint words sorted by the first: the first words and the second words in their order.
+
+    The order comes from sorting plain numbers, each row's first word with its low bits
+    replaced by its row number (numpy sorts uint64 four times faster than it argsorts
+    them); rows whose first words agree in the bits kept can come out of order, and
+    are then sorted the slow way.
+    """
+    count = len(words)
+    low = np.uint64((1 << max(count - 1, 1).bit_length()) - 1)
+    order = np.sort((words[:, 0] & ~low) | np.arange(count, dtype=np.uint64)) & low
+    first = words[order, 0]
+    if not bool((first[1:] >= first[:-1]).all()):
+        order = np.argsort(words[:, 0])
+        first = words[order, 0]
+    return first, words[order, 1]
 
 
 class _Filter:
