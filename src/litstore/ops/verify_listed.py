@@ -28,7 +28,14 @@ disagree.
 
 The rule needs to know which keys newer deltas mention: those are kept as their
 keyprints (16 bytes each, what key runs identify keys by), sorted, and a row of an
-older file is dropped when its keyprint is one of them. The few rows a report names are read again by
+older file is dropped when its keyprint is one of them. As when a checkpoint is
+written (:func:`litstore.read.manifests.stream_compose`), the keys of added rows are
+not kept: an added key is one the parent did not hold, so any older row of it is
+already hidden by a newer deletion, and a store built by appends keeps none. A delta
+that says a key was added while its parent held it is thereby reported (the key
+twice, counts and fingerprint off) instead of hiding the parent's row as
+:func:`~litstore.read.manifests.compose` would: the checkpoint written on that chain
+would hold the key twice. The few rows a report names are read again by
 :meth:`Listed.replay`, which reads the same row groups and keeps the same rows (a
 bit per row was kept for that) without hashing anything.
 """
@@ -194,14 +201,13 @@ class _Mentioned:
     about one run (the one that mentions it). A single set that every delta merged into
     cost a pass over the whole set per delta: quadratic.
 
-    The global filter is sized for the rows the commit record counts (at most 32 MiB),
-    so it is rarely rebuilt; the runs' filters take 2 bytes a key.
+    The global filter is rebuilt whenever the keys double (at most 32 MiB); the runs'
+    filters take 2 bytes a key.
     """
 
-    def __init__(self, expected: int = 0) -> None:
+    def __init__(self) -> None:
         self.runs: list[tuple[np.ndarray, np.ndarray, _Filter]] = []  # first words (sorted), second words, filter
         self._count = 0
-        self._expected = expected  # keys the filter is sized for at first: rebuilt only past them
         self._filter = _Filter(0)
 
     def add(self, prints: list[np.ndarray]) -> None:
@@ -214,9 +220,8 @@ class _Mentioned:
         run_filter = _Filter(len(first))
         run_filter.mark(first)
         self.runs.append((first, second, run_filter))
-        keys = max(self._count, self._expected)
-        if _Filter.bits_for(keys) != self._filter.bits:  # outgrown: every run's keys marked again
-            self._filter = _Filter(keys)
+        if _Filter.bits_for(self._count) != self._filter.bits:  # outgrown (twice the keys): marked again
+            self._filter = _Filter(self._count)
             for run_first, _, _ in self.runs:
                 self._filter.mark(run_first)
         else:
@@ -470,7 +475,7 @@ def read_listed(
         shapes.pop("run_hash", None)
     columns = _Columns(shapes, version.total)
     groups: list[tuple[str, bool, int, np.ndarray]] = []
-    mentioned = _Mentioned(version.total)
+    mentioned = _Mentioned()
     fingerprint = 0
     for number, (path, delta) in enumerate(files):
         newer = number + 1 < len(files)  # an older file follows, whose rows the keys of this one supersede
@@ -483,8 +488,8 @@ def read_listed(
             prints = hashing.keyprint_rows(table.column("key"))
             live = ~mentioned.rows_of(prints)
             if delta:
-                if newer:
-                    file_prints.append(prints)
+                if newer:  # (an added key hides no older row: see the module docstring)
+                    file_prints.append(prints[~_is_change(table.column("change"), ChangeKind.ADDED)])
                 live &= ~_is_change(table.column("change"), ChangeKind.DELETED)
             _check_chunk_names(table.column("chunk"), path, delta)
             groups.append((path, delta, group, np.packbits(live)))
