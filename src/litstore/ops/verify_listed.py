@@ -259,7 +259,7 @@ def _sorted_words(words: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """
     count = len(words)
     low = np.uint64((1 << max(count - 1, 1).bit_length()) - 1)
-    order = np.sort((words[:, 0] & ~low) | np.arange(count, dtype=np.uint64)) & low
+    order: np.ndarray = (np.sort((words[:, 0] & ~low) | np.arange(count, dtype=np.uint64)) & low).astype(np.intp)
     first = words[order, 0]
     if not bool((first[1:] >= first[:-1]).all()):
         order = np.argsort(words[:, 0])
