@@ -744,3 +744,29 @@ def test_a_fresh_process_verifies_without_importing_pandas(tmp_path: Path) -> No
     result = subprocess.run([sys.executable, "-c", code, str(tmp_path / "s")], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["True", str(len(store)), "False"], result.stdout
+
+
+def test_a_delta_that_says_a_key_the_parent_held_was_added_is_reported(
+    make_store: Callable[..., litstore.Store],
+) -> None:
+    """``added`` means the parent did not hold the key: verify keeps no added key as one that hides older rows (a
+    store built by appends then holds none), as a checkpoint written on the chain would not, so the parent's row
+    of a key a lying delta calls added stays listed, and the key is reported twice."""
+    store = make_store(key="id", splits=SPLITS, chunk_bytes=4096)
+    store.append(_records("a", PER_BATCH))
+    key = _records("a", 1)[0]["id"]
+    store.upsert([{**_records("a", 1)[0], "value": -1}])
+    root = Path(store.root)
+    assert litstore.open(root).verify().ok
+
+    def added(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        (row,) = [row for row in rows if row["key"] == key]
+        assert row["change"] == "replaced"
+        row["change"] = "added"
+        return rows
+
+    _rewrite_delta(root, 2, added)
+    report = _verify(root)
+    assert report.duplicate_keys == [key]
+    assert report.manifest_fingerprint != report.fingerprint
+    _assert_failed(report, repr(key))

@@ -22,7 +22,7 @@ import pytest
 import litstore
 from litstore.format import chunkhashes, hashing, keyrun, layout
 from litstore.format.models import KeyRunRef
-from litstore.ops import verify_index
+from litstore.ops import verify_index, verify_listed
 from litstore.read.keyruns import RunReader
 
 
@@ -158,3 +158,42 @@ def test_a_sidecar_of_a_missing_chunk_is_still_checked(root: Path) -> None:
     assert report.index_problems == [
         (layout.chunk_hashes(chunk), f"rows {row} (1 of {count}) hold another content hash than the manifest's")
     ]
+
+
+# -- a range's sum, on entries no store would hold ---------------------------------
+
+
+def _reference_sum(parts: list[tuple[Any, np.ndarray]], digest: verify_listed.IndexDigest) -> int:
+    """The sum as :func:`verify_index._resolve` resolves the entries: per key, the first of the newest run."""
+    resolved, _ = verify_index._resolve(
+        [verify_index._entry_columns(entries, run.codes, run.number) for run, entries in parts]
+    )
+    live = resolved.places != verify_index._DELETED_PLACE
+    return digest.sum(resolved.hashes[live], resolved.prints[live], resolved.places[live], resolved.contents[live])
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_a_range_sums_what_resolving_its_entries_gives(seed: int) -> None:
+    """Runs holding the same keys (newest first), deleted entries, a key twice in one run, key hashes two keys
+    share: the range's sum, taken where the entries lie, is the sum over the entries a lookup resolves."""
+    rng = np.random.default_rng(seed)
+    keys = int(rng.integers(1, 60))
+    hashes = np.sort(rng.integers(0, 2**64, keys, dtype=np.uint64))
+    if seed % 3 == 0:
+        hashes[rng.integers(0, keys, keys // 4)] = hashes[0]  # key hashes several keys share
+    prints = rng.integers(0, 2**64, (keys, 2), dtype=np.uint64)
+    parts = []
+    for number in range(int(rng.integers(1, 4))):
+        chosen = np.sort(rng.choice(keys, int(rng.integers(1, keys + 1)), replace=seed % 4 == 1))
+        entries = np.zeros(len(chosen), keyrun.ENTRY)
+        entries["key_hash"] = hashes[chosen]
+        entries["keyprint"] = prints[chosen].view("V16")[:, 0]
+        entries["content"] = rng.integers(0, 2**64, (len(chosen), 2), dtype=np.uint64).view("V16")[:, 0]
+        entries["chunk"] = np.where(rng.random(len(chosen)) < 0.2, keyrun.DELETED, rng.integers(0, 3, len(chosen)))
+        entries["row"] = rng.integers(0, 1000, len(chosen))
+        entries = entries[np.argsort(entries["key_hash"], kind="stable")]
+        codes = np.array([5, 9, 2, 0], np.uint64)
+        run = verify_index._Run(number, None, None, None, codes, set())  # type: ignore[arg-type]
+        parts.append((run, entries))
+    digest = verify_listed.IndexDigest(seed)
+    assert verify_index._range_sum(parts, digest) == _reference_sum(parts, digest)

@@ -1,9 +1,9 @@
 """How ``verify`` reads a version's manifest into fixed columns in bounded memory.
 
-The keys newer deltas mention are merged in place (``_merge_into``), and the columns
-are filled in arrays sized by the commit record's counts, grown when a manifest lists
-more. Both are checked against the manifest composed the ordinary way, on a chain of
-appends, upserts and deletes whose mentioned keys cross many merge blocks.
+The keys newer deltas mention are kept as one sorted run a delta behind filters, and
+the columns are filled in arrays sized by the commit record's counts, grown when a
+manifest lists more. Both are checked against the manifest composed the ordinary way,
+on a chain of appends, upserts and deletes.
 """
 
 from __future__ import annotations
@@ -47,11 +47,13 @@ def _expected(store: litstore.Store) -> tuple[np.ndarray, int]:
     return hashes, hashing.digest_sum(pairs) % hashing.FINGERPRINT_MODULUS
 
 
-@pytest.mark.parametrize("block", [1, 3, 64, 1 << 18])
-def test_rows_match_the_composed_manifest_whatever_the_merge_block(
-    store: litstore.Store, block: int, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("bits_per_key", [0, 1, 16])
+def test_rows_match_the_composed_manifest_whatever_the_filters_let_through(
+    store: litstore.Store, bits_per_key: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(verify_listed, "_MERGE_BLOCK", block)
+    """Filters of a few blocks (which let nearly every key through: each is searched for) or larger give the
+    same rows."""
+    monkeypatch.setattr(verify_listed, "_BITS_PER_KEY", bits_per_key)
     listed = _listed(store)
     hashes, fingerprint = _expected(store)
     assert len(listed) == store.version.total == len(hashes)
@@ -69,23 +71,9 @@ def test_a_manifest_listing_more_rows_than_committed_is_read_whole(store: litsto
     assert short.fingerprint == sound.fingerprint
 
 
-def test_merge_into_gives_what_insert_gives(monkeypatch: pytest.MonkeyPatch) -> None:
-    rng = np.random.default_rng(7)
-    for _ in range(200):
-        monkeypatch.setattr(verify_listed, "_MERGE_BLOCK", int(rng.integers(1, 300)))
-        old = np.sort(rng.integers(0, 100, int(rng.integers(0, 1000))).astype(np.uint64))
-        values = np.sort(rng.integers(0, 100, int(rng.integers(1, 1000))).astype(np.uint64))
-        at = np.searchsorted(old, values)
-        column = np.empty(0, np.uint64)
-        column.resize(len(old) + len(values), refcheck=False)
-        column[: len(old)] = old
-        verify_listed._merge_into(column, len(old), at, values)
-        assert np.array_equal(column, np.insert(old, at, values))
-
-
-def test_mentioned_keys_are_found_as_the_set_and_its_bits_grow() -> None:
-    """Keyprints added delta by delta (the bits rebuilt as the set outgrows them, an empty delta among them) are
-    all found, and keyprints never added are not, whether or not their slots are marked."""
+def test_mentioned_keys_are_found_as_the_set_and_its_filter_grow() -> None:
+    """Keyprints added delta by delta (the filter rebuilt as the set outgrows it, an empty delta among them) are
+    all found, and keyprints never added are not, whether or not the filters let them through."""
     rng = np.random.default_rng(7)
     mentioned = verify_listed._Mentioned()
     added = []
@@ -95,7 +83,24 @@ def test_mentioned_keys_are_found_as_the_set_and_its_bits_grow() -> None:
         mentioned.add([prints])
     every = np.concatenate(added)
     absent = rng.integers(0, 256, (200_000, 16), dtype=np.uint8)
-    absent[:1000, :8] = every[:1000, :8]  # sharing a first word (so a slot) with a mentioned key
+    absent[:1000, :8] = every[:1000, :8]  # sharing a first word (so the filters' bits) with a mentioned key
     found = mentioned.rows_of(np.concatenate([every[::3], absent]))
     assert found[: len(every[::3])].all()
     assert not found[len(every[::3]) :].any()
+
+
+def test_keyprints_are_sorted_by_their_first_word_even_when_its_high_bits_agree() -> None:
+    """Rows sorted by their first word with the row number in its low bits; rows whose first words differ only
+    in those bits come out of order and are sorted again."""
+    rng = np.random.default_rng(3)
+    for count in (1, 2, 5, 1000):
+        words = rng.integers(0, 2**64, (count, 2), dtype=np.uint64)
+        if count > 1:
+            words[: count // 2, 0] = (words[0, 0] & ~np.uint64(0xFFFF)) | rng.integers(0, 0xFFFF, count // 2).astype(
+                np.uint64
+            )
+        first, second = verify_listed._sorted_words(words)
+        order = np.argsort(words[:, 0], kind="stable")
+        assert np.array_equal(first, words[order, 0])
+        assert np.array_equal(np.sort(second), np.sort(words[:, 1]))
+        assert {(int(a), int(b)) for a, b in zip(first, second)} == {(int(a), int(b)) for a, b in words}

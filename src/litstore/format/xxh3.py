@@ -181,7 +181,8 @@ class _Block:
         # is then a strided view, not a gather (every position a class method reads is its
         # input's start plus a constant, or its end minus one).
         count = len(self.lengths)
-        self.stride = int(self.lengths[0]) if count and (self.lengths == self.lengths[0]).all() else 0
+        self.uniform = bool(count) and bool((self.lengths == self.lengths[0]).all())
+        self.stride = int(self.lengths[0]) if self.uniform else 0
 
     def read64(self, positions: npt.NDArray[np.int64]) -> npt.NDArray[np.uint64]:
         """The little-endian 64-bit words at byte ``positions`` (unaligned)."""
@@ -199,9 +200,15 @@ class _Block:
     def read32(self, positions: npt.NDArray[np.int64]) -> npt.NDArray[np.uint64]:
         return self.read64(positions) & _MASK32
 
-    def classes(self) -> list[tuple[str, npt.NDArray[np.intp]]]:
+    def classes(self) -> list[tuple[str, Any]]:
+        """The length classes of the inputs, each with its rows (a whole slice when all are of one length)."""
         lengths = self.lengths
         bounds = (("empty", 0, 0), ("tiny", 1, 3), ("small", 4, 8), ("short", 9, 16), ("mid", 17, 128))
+        if self.uniform:  # (inputs of one length: no masks, no gathers)
+            length = int(lengths[0])
+            if length > MIDSIZE_MAX:
+                return [("long", np.arange(len(lengths)))]
+            return [(next((name for name, low, high in bounds if low <= length <= high), "midsize"), slice(None))]
         found = [(name, np.flatnonzero((lengths >= low) & (lengths <= high))) for name, low, high in bounds]
         found.append(("midsize", np.flatnonzero((lengths > 128) & (lengths <= MIDSIZE_MAX))))
         found.append(("long", np.flatnonzero(lengths > MIDSIZE_MAX)))

@@ -378,7 +378,7 @@ class _Matcher:
             [np.zeros(0, np.int64)]
             + [
                 start + np.flatnonzero(np.isin(hashes[start : start + _SLICE], candidates))
-                for start in range(0, len(hashes), _SLICE)
+                for start in range(0, len(hashes) if len(candidates) else 0, _SLICE)
             ]
         )
         missing_rows = np.flatnonzero(self.seen == 0)
