@@ -6,6 +6,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import litstore
 from litstore.format import layout
@@ -53,3 +55,34 @@ def test_a_commit_record_dropping_two_chunks_in_one_name_does_not_open(tmp_path:
     with pytest.raises(ValueError, match="is not a chunk path"):
         Version.model_validate({**record, "dropped_chunks": [f"{first}\n{second}"]})
     assert Version.model_validate({**record, "dropped_chunks": [first, second]}).dropped_chunks == (first, second)
+
+
+_NAME_CHARACTERS = "0123456789abcdefgz/-.\n\u0663"
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    count=st.integers(1, 120),
+    digits=st.integers(1, 3),
+    edits=st.lists(st.tuples(st.integers(0, 10_000), st.sampled_from(_NAME_CHARACTERS)), max_size=3),
+)
+def test_names_of_one_length_are_judged_as_the_regular_expression_judges_them(
+    count: int, digits: int, edits: list[tuple[int, str]]
+) -> None:
+    """Column by column (past 4 KiB of names) or by the regular expression, every joined table gets one answer:
+    one character changed anywhere (a digit where hex is wanted, the other fragment's id, a newline that
+    makes two names of one, a non-ASCII digit) is caught as the expression catches it."""
+    joined = list("\n".join(f"{_chunk(number)[:-6]}-{number % 10**digits:0{digits}d}.bin" for number in range(count)))
+    for position, character in edits:
+        joined[position % len(joined)] = character
+    text = "".join(joined)
+    assert layout.are_chunks(text) == (layout._CHUNK_LINES.fullmatch(text) is not None)
+
+
+def test_a_thousand_names_with_one_wrong_character_are_refused() -> None:
+    names = [_chunk(number) for number in range(1_000)]
+    assert layout.are_chunks("\n".join(names))
+    for position in (3, 15, 33, 45, 58, 61):  # fragments/, the fragment id, /chunk-, the chunk id, number, .bin
+        wrong = list(names)
+        wrong[700] = wrong[700][:position] + "G" + wrong[700][position + 1 :]
+        assert not layout.are_chunks("\n".join(wrong)), position

@@ -113,7 +113,50 @@ def are_chunks(joined: str) -> bool:
     1,000 chunks (a checkpoint after many small commits) in 0.25 ms, against 1.5 ms for
     each name on its own, in every process that opens the run.
     """
+    if len(joined) >= _COLUMNWISE:
+        alike = _alike_chunks(joined)
+        if alike is not None:
+            return alike
     return _CHUNK_LINES.fullmatch(joined) is not None
+
+
+#: From this many characters of names, :func:`are_chunks` looks at names of one length as the columns of an
+#: array: 1,000 names in ~0.05 ms, against 0.21 ms for the regular expression (a compaction's commit record
+#: drops that many after 1,000 small appends, and every process that opens the version reads it).
+_COLUMNWISE = 4096
+
+
+def _alike_chunks(joined: str) -> bool | None:
+    """:func:`are_chunks` for names of one length and ASCII, column by column; ``None`` for any other text (the
+    regular expression decides)."""
+    import numpy as np
+
+    try:
+        data = joined.encode("ascii")
+    except UnicodeEncodeError:
+        return None
+    width = data.find(b"\n")
+    digits = width - 62  # fragments/ + 20 hex + /chunk- + 20 hex + - + digits + .bin
+    count = (len(data) + 1) // (width + 1) if width > 0 else 0
+    if not 1 <= digits <= 9 or count * (width + 1) != len(data) + 1:
+        return None
+    rows = np.frombuffer(data + b"\n", np.uint8).reshape(count, width + 1)
+
+    def column(start: int, stop: int) -> bytes:
+        return rows[:, start:stop].tobytes()
+
+    if column(width, width + 1) != b"\n" * count:
+        return None  # names of several lengths
+    fragment = column(10, 30)
+    return (
+        column(0, 10) == b"fragments/" * count
+        and column(30, 37) == b"/chunk-" * count
+        and column(57, 58) == b"-" * count
+        and column(width - 4, width) == b".bin" * count
+        and fragment == column(37, 57)
+        and not fragment.translate(None, b"0123456789abcdef")
+        and not column(58, 58 + digits).translate(None, b"0123456789")
+    )
 
 
 _OWN_FILES = re.compile(
