@@ -29,6 +29,7 @@ import multiprocessing
 import os
 import shutil
 import signal
+import threading
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -68,46 +69,53 @@ class KillingStorage:
         self._inner = inner
         self._kill_at = kill_at
         self._when = when
+        self._lock = threading.Lock()  # a commit writes its delta in a thread beside its key runs
         self.calls: list[tuple[str, str]] = []
         assert set(MUTATING) <= PROTOCOL, "a mutating Storage method was renamed: update MUTATING"
 
-    def _step(self, name: str, path: str, phase: str) -> None:
-        if phase == "before":
+    def _before(self, name: str, path: str) -> int:
+        """Log the call; its number (calls made in threads are numbered in the order they start)."""
+        with self._lock:
             self.calls.append((name, path))
-        if len(self.calls) == self._kill_at and phase == self._when:
+            number = len(self.calls)
+        self._kill(number, "before")
+        return number
+
+    def _kill(self, number: int, phase: str) -> None:
+        if number == self._kill_at and phase == self._when:
             os.kill(os.getpid(), signal.SIGKILL)
 
     def write(self, path: str, data: bytes) -> None:
-        self._step("write", path, "before")
+        number = self._before("write", path)
         self._inner.write(path, data)
-        self._step("write", path, "after")
+        self._kill(number, "after")
 
     def overwrite(self, path: str, data: bytes) -> None:
-        self._step("overwrite", path, "before")
+        number = self._before("overwrite", path)
         self._inner.overwrite(path, data)
-        self._step("overwrite", path, "after")
+        self._kill(number, "after")
 
     def put_if_absent(self, path: str, data: bytes) -> bool:
-        self._step("put_if_absent", path, "before")
+        number = self._before("put_if_absent", path)
         created = self._inner.put_if_absent(path, data)
-        self._step("put_if_absent", path, "after")
+        self._kill(number, "after")
         return created
 
     def delete(self, path: str) -> None:
-        self._step("delete", path, "before")
+        number = self._before("delete", path)
         self._inner.delete(path)
-        self._step("delete", path, "after")
+        self._kill(number, "after")
 
     def delete_tree(self, path: str) -> None:
-        self._step("delete_tree", path, "before")
+        number = self._before("delete_tree", path)
         self._inner.delete_tree(path)
-        self._step("delete_tree", path, "after")
+        self._kill(number, "after")
 
     @contextmanager
     def staging(self, path: str) -> Iterator[str]:
-        self._step("staging", path, "before")
+        number = self._before("staging", path)
         with self._inner.staging(path) as directory:
-            self._step("staging", path, "after")
+            self._kill(number, "after")
             yield directory
 
     def __getattr__(self, name: str) -> Any:

@@ -28,7 +28,7 @@ import dataclasses
 import time
 from collections.abc import Callable, Sequence
 from concurrent import futures
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -67,6 +67,8 @@ from litstore.txn.change import Change, Compaction, Delete, FieldAddition, Merge
 from litstore.txn.checkpoint import write_checkpoint
 from litstore.txn.plan import Plan
 from litstore.txn.stage import Moved, StagedFragment, discard, write_fragment
+
+_Result = TypeVar("_Result")
 
 if TYPE_CHECKING:
     from litstore.read.version import VersionReader
@@ -317,9 +319,7 @@ def _write_version(
         delta_file = manifest_format.with_old_content_hashes(
             delta, current.replaced.keys, current.replaced.content_hashes
         )
-    storage.write(manifest_path, manifest_format.to_parquet(delta_file, key_hash=config.stores_key_hash))
-    written.append(manifest_path)
-    release_freed(delta.nbytes)  # the Parquet encoder's buffers, before the key run is built
+    written.append(manifest_path)  # (before it is written: a failed write may leave part of it)
 
     counts = dict(parent.counts)
     for split, difference in _count_changes(current).items():
@@ -341,9 +341,12 @@ def _write_version(
             full = _applied(head.manifest(), delta, config.key_type, declared_fields(config, parent))
             storage.write(checkpoint_path, manifest_format.to_parquet(full, key_hash=config.stores_key_hash))
         else:  # in a thread: Parquet encoding and the key-run merge below both release the GIL
-            checkpointing = _in_background(write_checkpoint, head, delta, checkpoint_path)
+            checkpointing = _in_background("checkpoint", write_checkpoint, head, delta, checkpoint_path)
         pending_rows = 0
-    try:  # the listing and key runs, while a streamed checkpoint is written beside them
+    # In a thread as well: encoding the delta's Parquet (a second per 1M rows appended) releases the GIL, and
+    # nothing below reads the file.
+    writing_delta = _in_background("delta", _write_delta, storage, manifest_path, delta_file, config.stores_key_hash)
+    try:  # the listing and key runs, while the delta and a streamed checkpoint are written beside them
         by_delta = config.writes_listing_deltas and checkpoint_path is None and number % config.checkpoint_interval != 0
         indexes: dict[str, str] = {}
         listing: VersionListing | None = None
@@ -396,8 +399,9 @@ def _write_version(
         if moves is not None:
             fragment_ids.append(moves.transaction)
     finally:
-        if checkpointing is not None:
-            futures.wait([checkpointing])  # its error, if any, is raised below
+        running: list[futures.Future[Any]] = [writing_delta]
+        futures.wait(running if checkpointing is None else [*running, checkpointing])  # errors: raised below
+    writing_delta.result()
     if checkpointing is not None:
         checkpointing.result()
     version = Version(
@@ -564,9 +568,16 @@ def _version_chunks(
     return result
 
 
-def _in_background(function: Callable[..., int], *arguments: Any) -> futures.Future[int]:
-    """``function(*arguments)`` started in a thread of its own; its future (the thread ends with it)."""
-    executor = futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="litstore-checkpoint")
+def _write_delta(storage: Storage, path: str, delta: pa.Table, key_hash: bool) -> None:
+    """Write the manifest delta ``delta`` at ``path`` as Parquet."""
+    storage.write(path, manifest_format.to_parquet(delta, key_hash=key_hash))
+    release_freed(delta.nbytes)  # the Parquet encoder's buffers
+
+
+def _in_background(name: str, function: Callable[..., _Result], *arguments: Any) -> futures.Future[_Result]:
+    """``function(*arguments)`` started in a thread of its own, named after ``name``; its future (the thread
+    ends with it)."""
+    executor = futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"litstore-{name}")
     try:
         return executor.submit(function, *arguments)
     finally:

@@ -277,6 +277,7 @@ class _RunBuilder:
         self.problems = Problems()
         self.first_position: dict[Any, int] = {}  # key -> input position, within the current run
         self.pieces: list[tuple[Batch, int]] = []  # column-wise blocks of the run, with their first positions
+        self.held_hashes = np.empty(0, np.uint64)  # the key hashes of those blocks, sorted
         self.indexed = 0  # how many of them have their keys in first_position
         self.size = 0  # payload bytes in the current run
         self.seen_records = 0
@@ -313,8 +314,7 @@ class _RunBuilder:
 
     def _add_piece(self, position: int, piece: Batch) -> None:
         """Add a block checked column-wise (its keys are distinct): only its keys against the run's need a look."""
-        earlier = [held.key_hashes for held, _ in self.pieces]
-        if self.keys or self.problems.found or (earlier and np.isin(piece.key_hashes, np.concatenate(earlier)).any()):
+        if self.keys or self.problems.found or _any_held(self.held_hashes, piece.key_hashes):
             self._index_pieces()  # a key may repeat one seen before: check key by key, naming positions
             first_position = self.first_position
             for index, key in enumerate(piece.keys):
@@ -327,6 +327,8 @@ class _RunBuilder:
         if not self.problems.found:
             self.pieces.append((piece, position))
             self.size += size
+            added = np.sort(piece.key_hashes)
+            self.held_hashes = np.insert(self.held_hashes, np.searchsorted(self.held_hashes, added), added)
 
     def _index_pieces(self) -> None:
         """Enter the keys of the run's column-wise blocks into ``first_position`` (done only when needed)."""
@@ -414,9 +416,18 @@ class _RunBuilder:
             )
             pieces = [*pieces, records]
         self.pieces, self.size, self.indexed = [], 0, 0
+        self.held_hashes = np.empty(0, np.uint64)
         self.first_position.clear()
         self._reset_records()
         return pieces[0] if len(pieces) == 1 else _concat(pieces)
+
+
+def _any_held(held: np.ndarray, hashes: np.ndarray) -> bool:
+    """Whether any of ``hashes`` is in ``held`` (sorted): a binary search each, not a set of the run's keys."""
+    if not len(held) or not len(hashes):
+        return False
+    places = np.minimum(np.searchsorted(held, hashes), len(held) - 1)
+    return bool((held[places] == hashes).any())
 
 
 def _payload_bytes(batch: Batch) -> int:

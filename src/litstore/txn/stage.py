@@ -8,9 +8,10 @@ committed is invisible; ``gc`` removes it after its grace period.
 
 Staging streams: records arrive as a sequence of :class:`~litstore.txn.records.Batch`
 runs (bounded in bytes by :func:`~litstore.txn.records.prepare_runs`), each run's
-records are sorted by key hash per split and appended to that split's chunk stream,
-and only the current run and the chunk being filled are in memory, whatever the
-input size. Within a run, key-hash order makes the chunks depend on the set of
+records are sorted by key hash per split and appended to that split's chunk stream
+(in a thread, while the caller prepares the next run: :class:`_WriteBehind`), and
+only two runs (the one written, the next) and the chunks being filled are in memory,
+whatever the input size. Within a run, key-hash order makes the chunks depend on the set of
 records, not on the order they came in: an input that fits in one run gives the
 same chunk files in any order.
 """
@@ -20,8 +21,10 @@ from __future__ import annotations
 import itertools
 import mmap
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from concurrent import futures
 from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -39,6 +42,8 @@ from litstore.storage import Storage
 from litstore.txn import leases
 from litstore.txn.progress import bar as progress_bar
 from litstore.txn.records import Batch
+
+_Run = TypeVar("_Run")
 
 
 @dataclass(frozen=True)
@@ -136,53 +141,24 @@ def write_fragment(
     transaction = layout.new_transaction()
     prefix = layout.fragment(transaction)
     key_type = manifest_format.schema(config.key_type).field("key").type
-    numbers = itertools.count()
-    writers: dict[str, ChunkWriter] = {}
-    written: list[pa.Table] = []  # rows in the order they entered each split's chunk stream
     bar = progress_bar(progress, desc=description, unit="rec")
     leased = False
     try:
         with storage.staging(prefix) as directory:
+            streams = _SplitStreams(
+                directory, transaction, prefix, chunk_bytes or config.chunk_bytes, key_type, fingerprinted, sources, bar
+            )
             runs_seen = 0
-            fingerprint = 0
-            taken_from: list[tuple[str, np.ndarray]] = []  # (split, input positions) in the order written
-            offset = 0
-            for run in [runs] if isinstance(runs, (Batch, Moved)) else runs:
-                if not leased:  # before the first chunk, after the input's first run (a slow source writes nothing)
-                    leases.take(storage, transaction, transaction, lease)
-                    leased = True
-                runs_seen += 1
-                run_rows, splits = _rows_of(run, key_type)
-                if fingerprinted:
-                    fingerprint += hashing.fingerprint_of(run_rows.column("key"), run_rows.column("content_hash"))
-                key_hashes = run_rows.column("key_hash").to_numpy()
-                split_names, split_codes = manifest_format.chunk_codes(splits)  # (any string column's codes)
-                for code in sorted(range(len(split_names)), key=split_names.__getitem__):
-                    split = split_names[code]
-                    members = np.flatnonzero(split_codes == code)
-                    order = members[np.argsort(key_hashes[members])]  # ties: _break_hash_ties orders them
-                    order = _break_hash_ties(order, key_hashes, run_rows.column("content_hash"))
-                    writer = writers.get(split)
-                    if writer is None:
-                        writer = writers[split] = ChunkWriter(
-                            directory, transaction, prefix, numbers, chunk_bytes or config.chunk_bytes
-                        )
-                    taken = pa.array(order, pa.int64())
-                    items = run.items.take(taken)
-                    writer.add_items(items)
-                    release_freed(items.nbytes)
-                    del items
-                    split_column = pa.DictionaryArray.from_arrays(
-                        pa.array(np.zeros(len(order), np.int32)), pa.array([split], pa.string())
-                    ).cast(pa.string())
-                    written.append(run_rows.take(taken).add_column(3, "split", split_column))
-                    if sources:
-                        taken_from.append((split, order + offset))
-                    bar.update(len(order))
-                offset += run_rows.num_rows
-            chunks = {split: tuple(writer.close()) for split, writer in sorted(writers.items())}
+            with _WriteBehind(threaded=not isinstance(runs, (Batch, Moved))) as behind:
+                for run in [runs] if isinstance(runs, (Batch, Moved)) else runs:
+                    if not leased:  # before the first chunk, after the input's first run (a slow source writes nothing)
+                        leases.take(storage, transaction, transaction, lease)
+                        leased = True
+                    runs_seen += 1
+                    behind.submit(streams.add, run)
+            chunks = {split: tuple(writer.close()) for split, writer in sorted(streams.writers.items())}
             release_freed(sum(chunk.num_bytes for listed in chunks.values() for chunk in listed))
-            rows = _locate(written, chunks, config.key_type)
+            rows = _locate(streams.written, chunks, config.key_type)
             if runs_seen > 1:  # within a run the input was checked already
                 twice = query.duplicate_keys(rows, hashes_are_true=True)
                 if twice:
@@ -197,10 +173,113 @@ def write_fragment(
         raise
     finally:
         bar.close()
-    fragment = StagedFragment(transaction, chunks, rows, hashing.fingerprint_hex(fingerprint), lease)
+    fragment = StagedFragment(transaction, chunks, rows, hashing.fingerprint_hex(streams.fingerprint), lease)
     # _locate lays the splits out in name order, each split's runs in the order they came.
-    placed = [positions for split in sorted(chunks) for name, positions in taken_from if name == split]
+    placed = [positions for split in sorted(chunks) for name, positions in streams.taken_from if name == split]
     return fragment, np.concatenate(placed) if placed else np.empty(0, dtype=np.intp)
+
+
+class _SplitStreams:
+    """The chunk stream of each split of a fragment being written, and what :func:`write_fragment` learns of the
+    records it writes: their rows in the order written, where each came from, their fingerprint."""
+
+    def __init__(
+        self,
+        directory: str,
+        transaction: str,
+        prefix: str,
+        chunk_bytes: int,
+        key_type: pa.DataType,
+        fingerprinted: bool,
+        sources: bool,
+        bar: Any,
+    ) -> None:
+        self.directory, self.transaction, self.prefix, self.chunk_bytes = directory, transaction, prefix, chunk_bytes
+        self.key_type, self.fingerprinted, self.sources, self.bar = key_type, fingerprinted, sources, bar
+        self.numbers = itertools.count()
+        self.writers: dict[str, ChunkWriter] = {}
+        self.written: list[pa.Table] = []  # rows in the order they entered each split's chunk stream
+        self.taken_from: list[tuple[str, np.ndarray]] = []  # (split, input positions) in the order written
+        self.fingerprint = 0
+        self.offset = 0  # the input position of the run's first record
+
+    def add(self, run: Batch | Moved) -> None:
+        """Append ``run``'s records to their splits' streams, in key-hash order within each split."""
+        run_rows, splits = _rows_of(run, self.key_type)
+        if self.fingerprinted:
+            self.fingerprint += hashing.fingerprint_of(run_rows.column("key"), run_rows.column("content_hash"))
+        key_hashes = run_rows.column("key_hash").to_numpy()
+        split_names, split_codes = manifest_format.chunk_codes(splits)  # (any string column's codes)
+        for code in sorted(range(len(split_names)), key=split_names.__getitem__):
+            split = split_names[code]
+            members = np.flatnonzero(split_codes == code)
+            order = members[np.argsort(key_hashes[members])]  # ties: _break_hash_ties orders them
+            order = _break_hash_ties(order, key_hashes, run_rows.column("content_hash"))
+            writer = self.writers.get(split)
+            if writer is None:
+                writer = self.writers[split] = ChunkWriter(
+                    self.directory, self.transaction, self.prefix, self.numbers, self.chunk_bytes
+                )
+            taken = pa.array(order, pa.int64())
+            items = run.items.take(taken)
+            writer.add_items(items)
+            release_freed(items.nbytes)
+            del items
+            split_column = pa.DictionaryArray.from_arrays(
+                pa.array(np.zeros(len(order), np.int32)), pa.array([split], pa.string())
+            ).cast(pa.string())
+            self.written.append(run_rows.take(taken).add_column(3, "split", split_column))
+            if self.sources:
+                self.taken_from.append((split, order + self.offset))
+            self.bar.update(len(order))
+        self.offset += run_rows.num_rows
+
+
+class _WriteBehind:
+    """Runs one call at a time in a thread of its own (``threaded``), while the caller prepares the next.
+
+    :func:`write_fragment` writes a run this way while the next is prepared: encoding,
+    hashing and the checks against the head on one side, sorting, taking, file writes
+    and the fingerprint on the other, both mostly NumPy, Arrow and I/O calls that
+    release the GIL, so they overlap on a second core. The records' source (a caller's
+    generator, ``ingest``'s ``fn``) is still iterated only by the calling thread. At most
+    one call runs: :meth:`submit` first waits for the one before, so at most two runs are
+    in memory (the one written, the one prepared). Its error is raised by the next
+    :meth:`submit` or at the end of the ``with`` block; however the block ends, no call
+    is still running after it (none writes into a fragment the caller removes).
+    """
+
+    def __init__(self, threaded: bool) -> None:
+        self.executor = (
+            futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="litstore-write") if threaded else None
+        )
+        self.pending: futures.Future[None] | None = None
+
+    def submit(self, function: Callable[[_Run], None], argument: _Run) -> None:
+        self.wait()
+        if self.executor is None:
+            function(argument)
+        else:
+            self.pending = self.executor.submit(function, argument)
+
+    def wait(self) -> None:
+        """Wait for the call running, raising its error."""
+        pending, self.pending = self.pending, None
+        if pending is not None:
+            pending.result()
+
+    def __enter__(self) -> _WriteBehind:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, trace: object) -> None:
+        try:
+            if kind is None:
+                self.wait()
+            elif self.pending is not None:
+                futures.wait([self.pending])  # its outcome goes unused: the fragment is being removed
+        finally:
+            if self.executor is not None:
+                self.executor.shutdown(wait=True)
 
 
 def write_chunk_hashes(storage: Storage, chunk: str, hashes: bytes | memoryview) -> str:

@@ -1,0 +1,84 @@
+"""What a write does in threads (the next run's chunks while the caller prepares, the delta's Parquet beside the
+key runs): a failure there is the write's own, raised to the caller, and leaves nothing a version names."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import litstore
+from litstore._litdata import writer as litdata_writer
+from litstore.errors import StorageError
+
+
+def _record(number: int) -> dict[str, Any]:
+    return {"id": f"r{number:06d}", "text": "x" * (number % 7)}
+
+
+def _metadata_files(root: Path) -> set[str]:
+    return {
+        path.relative_to(root).as_posix()
+        for path in root.rglob("*")
+        if path.is_file() and not path.relative_to(root).as_posix().startswith("fragments/")
+    }
+
+
+def test_a_delta_that_fails_in_its_thread_publishes_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    store = litstore.Store.create(tmp_path / "s", key="id", chunk_bytes=4096)
+    store.append([_record(n) for n in range(500)])
+    real_write = type(store.storage).write
+    threads: list[str] = []
+
+    def failing_write(self: Any, path: str, data: bytes) -> None:
+        if path.startswith("manifests/") and path.endswith(".parquet"):
+            threads.append(threading.current_thread().name)
+            raise StorageError(f"cannot write {path!r}: disk full (injected)")
+        real_write(self, path, data)
+
+    monkeypatch.setattr(type(store.storage), "write", failing_write)
+    before = _metadata_files(tmp_path / "s")
+    with pytest.raises(StorageError, match="disk full"):
+        store.append([_record(n) for n in range(500, 600)])
+    assert threads and threads[0].startswith("litstore-delta")
+    assert _metadata_files(tmp_path / "s") == before  # the attempt's key runs removed again
+    monkeypatch.undo()
+
+    reopened = litstore.open(tmp_path / "s")
+    assert reopened.version.number == 1 and len(reopened) == 500
+    reopened.append([_record(n) for n in range(500, 600)])
+    assert len(litstore.open(tmp_path / "s")) == 600 and litstore.open(tmp_path / "s").verify().ok
+
+
+def test_a_run_whose_chunks_fail_in_the_writing_thread_stages_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A generator of many runs: the chunk write of a later run fails in the writing thread; the caller gets
+    that error, the input stops being read, and the fragment is removed whole."""
+    monkeypatch.setattr("litstore.store._RUN_BYTES", 2048)  # many runs from a small input
+    store = litstore.Store.create(tmp_path / "s", key="id", chunk_bytes=4096)
+    real = litdata_writer.write_chunk_file
+    threads: list[str] = []
+    read: list[int] = []
+
+    def failing_chunk(directory: str, filename: str, parts: Any) -> None:
+        threads.append(threading.current_thread().name)
+        if len(threads) == 3:
+            raise OSError("disk full (injected)")
+        real(directory, filename, parts)
+
+    def records() -> Any:
+        for number in range(3000):
+            read.append(number)
+            yield _record(number)
+
+    monkeypatch.setattr(litdata_writer, "write_chunk_file", failing_chunk)
+    with pytest.raises(OSError, match="disk full"):
+        store.append(records())
+    assert threads[-1].startswith("litstore-write")
+    assert len(read) < 3000  # the input was not read to its end after the failure
+    assert not list((tmp_path / "s").glob("fragments/*/*"))  # the partial fragment removed
+    monkeypatch.undo()
+    assert litstore.open(tmp_path / "s").version.number == 0
