@@ -25,6 +25,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, BinaryIO
 
+import numpy as np
+
 from litstore.errors import MissingFileError, StorageError, UnsafePathError
 from litstore.storage.base import FileInfo, LocalInput, Storage, check_path
 
@@ -120,37 +122,47 @@ class LocalStorage(Storage):
         return bytes(self.read_ranges(path, [(start, end)])[0])
 
     def read_ranges(self, path: str, spans: Sequence[tuple[int, int]]) -> list[bytes | memoryview]:
-        """Each span of the file, opened (and checked) once: views of buffers read by ``preadv``.
+        """Each span of the file, opened (and checked) once: views of one buffer, read by ``preadv``.
 
         Spans less than :data:`_GAP` apart are read by one call (the bytes between them are
-        read and held while the views live): a get_many of 10,000 keys of a 1M-record store
-        read 3,616 pages of a key run, most of them side by side, and 1,000 item offsets
-        of each chunk, in 23,600 calls; now about 9,700. Opening the file once read 100
-        pages in 0.5 ms, not 5; and a view, not a new ``bytes`` a span, took 40 us a page
-        less in a fresh process.
+        read and held while the views live), into one buffer where the spans lie in file
+        order (callers join the views of neighbouring pages without a copy). A get_many of
+        10,000 keys of a 1M-record store read 3,616 pages of a key run, most of them side
+        by side, and 1,000 item offsets of each chunk, in 23,583 calls; now 9,737, and the
+        spans are grouped by array operations, not a Python step each (at 16M, where few
+        spans are neighbours, a step each cost 20-60 ms more than reading them one by one).
+        Opening the file once read 100 pages in 0.5 ms, not 5.
         """
         views: list[bytes | memoryview] = [b""] * len(spans)
-        order = sorted((start, end, number) for number, (start, end) in enumerate(spans) if end > start)
+        bounds = np.array(spans, dtype=np.int64).reshape(len(spans), 2)
+        order = np.flatnonzero(bounds[:, 1] > bounds[:, 0])
+        order = order[np.argsort(bounds[order, 0], kind="stable")]
+        starts, ends = bounds[order, 0], bounds[order, 1]
+        apart = np.ones(len(order), dtype=bool)  # where a span starts a new read: past the reach of those before
+        apart[1:] = starts[1:] > np.maximum.accumulate(ends)[:-1] + _GAP
+        firsts = np.flatnonzero(apart)
+        begins = starts[firsts]
+        sizes = (np.maximum.reduceat(ends, firsts) - begins) if len(firsts) else begins
+        places = np.cumsum(sizes) - sizes  # of each read in the one buffer, where the spans lie side by side
+        buffer = memoryview(bytearray(int(sizes.sum())))
+        got = np.zeros(len(firsts), dtype=np.int64)
         descriptor, _ = self._descriptor(path)
         try:
-            first = 0
-            while first < len(order):
-                begin, stop = order[first][0], order[first][1]
-                last = first + 1
-                while last < len(order) and order[last][0] <= stop + _GAP:
-                    stop = max(stop, order[last][1])
-                    last += 1
-                buffer = memoryview(bytearray(stop - begin))
-                got = 0  # fewer past the end of the file; a call reads at most 2 GiB
-                while got < len(buffer) and (read := os.preadv(descriptor, [buffer[got:]], begin + got)):
-                    got += read
-                for start, end, number in order[first:last]:
-                    views[number] = buffer[min(start - begin, got) : min(end - begin, got)]
-                first = last
+            for number, (begin, size, at) in enumerate(zip(begins.tolist(), sizes.tolist(), places.tolist())):
+                done = 0  # fewer past the end of the file; a call reads at most 2 GiB
+                while done < size and (read := os.preadv(descriptor, [buffer[at + done : at + size]], begin + done)):
+                    done += read
+                got[number] = done
         except OSError as exc:
             raise StorageError(f"cannot read {path!r} in {self.root}: {exc}") from exc
         finally:
             os.close(descriptor)
+        group = np.cumsum(apart) - 1
+        base, limit = (starts - begins[group]), got[group]
+        first = places[group] + np.minimum(base, limit)
+        last = places[group] + np.minimum(base + ends - starts, limit)
+        for number, low, high in zip(order.tolist(), first.tolist(), last.tolist()):
+            views[number] = buffer[low:high]
         return views
 
     def _descriptor(self, path: str) -> tuple[int, int]:
