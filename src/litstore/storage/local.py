@@ -36,6 +36,9 @@ _TREE_ATTEMPTS = 50  # walks of a tree being deleted while writers that have not
 #: Spans of one :meth:`LocalStorage.read_ranges` call this close are read by one system call: a call
 #: costs more than copying a KiB, and holding the KiB between two records is cheap.
 _GAP = 1024
+#: Up to this many spans are read one call each: grouping them by array operations costs a lookup's few
+#: reads more than the calls it saves (0.2-1 ms a fresh lookup, measured).
+_FEW_SPANS = 64
 
 
 class LocalStorage(Storage):
@@ -133,6 +136,8 @@ class LocalStorage(Storage):
         spans are neighbours, a step each cost 20-60 ms more than reading them one by one).
         Opening the file once read 100 pages in 0.5 ms, not 5.
         """
+        if len(spans) <= _FEW_SPANS:
+            return self._read_each(path, spans)
         views: list[bytes | memoryview] = [b""] * len(spans)
         bounds = np.array(spans, dtype=np.int64).reshape(len(spans), 2)
         order = np.flatnonzero(bounds[:, 1] > bounds[:, 0])
@@ -163,6 +168,26 @@ class LocalStorage(Storage):
         last = places[group] + np.minimum(base + ends - starts, limit)
         for number, low, high in zip(order.tolist(), first.tolist(), last.tolist()):
             views[number] = buffer[low:high]
+        return views
+
+    def _read_each(self, path: str, spans: Sequence[tuple[int, int]]) -> list[bytes | memoryview]:
+        """:meth:`read_ranges` of a few spans: one call each, into one buffer (grouping them costs more)."""
+        sizes = [max(end - start, 0) for start, end in spans]
+        buffer = memoryview(bytearray(sum(sizes)))
+        views: list[bytes | memoryview] = []
+        descriptor, _ = self._descriptor(path)
+        try:
+            at = 0
+            for (start, _), size in zip(spans, sizes, strict=True):
+                got = 0  # fewer past the end of the file; a call reads at most 2 GiB
+                while got < size and (read := os.preadv(descriptor, [buffer[at + got : at + size]], start + got)):
+                    got += read
+                views.append(buffer[at : at + got])
+                at += size
+        except OSError as exc:
+            raise StorageError(f"cannot read {path!r} in {self.root}: {exc}") from exc
+        finally:
+            os.close(descriptor)
         return views
 
     def _descriptor(self, path: str) -> tuple[int, int]:
