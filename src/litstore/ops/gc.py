@@ -443,14 +443,15 @@ def _needing_checkpoints(storage: Storage, versions: list[Version], kept: set[in
     """Kept versions whose manifest chain passes through a version that will be expired."""
     manifest_names = set(storage.names(layout.MANIFESTS))
     by_number = {version.number: version for version in versions}
-    needing = []
-    for version in versions:
-        if version.number not in kept:
-            continue
-        number = version.number
-        while number > 0 and number in by_number and log.checkpoint_of(by_number[number], manifest_names) is None:
-            number -= 1
-            if number > 0 and number not in kept and branched.owns(storage, number):  # (a base's is kept)
-                needing.append(version)
-                break
-    return needing
+    # Whether version n's chain (n, n - 1, ... down to a checkpoint) passes an expiring version, each n
+    # decided from n - 1's answer: one step a version, not a walk each (O(versions^2) before).
+    passes: dict[int, bool] = {}
+    for number in sorted(by_number):
+        below = number - 1
+        expiring = below > 0 and below not in kept and branched.owns(storage, below)  # (a base's is kept)
+        passes[number] = (
+            number > 0
+            and log.checkpoint_of(by_number[number], manifest_names) is None
+            and (expiring or passes.get(below, False))
+        )
+    return [version for version in versions if version.number in kept and passes[version.number]]
