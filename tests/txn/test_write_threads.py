@@ -3,6 +3,7 @@ key runs): a failure there is the write's own, raised to the caller, and leaves 
 
 from __future__ import annotations
 
+import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -26,7 +27,14 @@ def _metadata_files(root: Path) -> set[str]:
     }
 
 
-def test_a_delta_that_fails_in_its_thread_publishes_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("threaded", [True, False], ids=["in-its-thread", "small-inline"])
+def test_a_delta_that_fails_in_its_thread_publishes_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, threaded: bool
+) -> None:
+    """The delta's Parquet is written in a thread beside the key runs, or (a small delta) in the committing
+    thread: either way its failure is the commit's."""
+    if threaded:
+        monkeypatch.setattr(sys.modules["litstore.txn.commit"], "_SMALL_DELTA_ROWS", 0)
     store = litstore.Store.create(tmp_path / "s", key="id", chunk_bytes=4096)
     store.append([_record(n) for n in range(500)])
     real_write = type(store.storage).write
@@ -42,7 +50,7 @@ def test_a_delta_that_fails_in_its_thread_publishes_nothing(tmp_path: Path, monk
     before = _metadata_files(tmp_path / "s")
     with pytest.raises(StorageError, match="disk full"):
         store.append([_record(n) for n in range(500, 600)])
-    assert threads and threads[0].startswith("litstore-delta")
+    assert threads and threads[0].startswith("litstore-delta" if threaded else "MainThread")
     assert _metadata_files(tmp_path / "s") == before  # the attempt's key runs removed again
     monkeypatch.undo()
 
@@ -58,6 +66,7 @@ def test_a_run_whose_chunks_fail_in_the_writing_thread_stages_nothing(
     """A generator of many runs: the chunk write of a later run fails in the writing thread; the caller gets
     that error, the input stops being read, and the fragment is removed whole."""
     monkeypatch.setattr("litstore.store._RUN_BYTES", 2048)  # many runs from a small input
+    monkeypatch.setattr(sys.modules["litstore.txn.stage"], "_SMALL_RUN", 0)  # each run in the thread, small or not
     store = litstore.Store.create(tmp_path / "s", key="id", chunk_bytes=4096)
     real = litdata_writer.write_chunk_file
     threads: list[str] = []
@@ -82,3 +91,24 @@ def test_a_run_whose_chunks_fail_in_the_writing_thread_stages_nothing(
     assert not list((tmp_path / "s").glob("fragments/*/*"))  # the partial fragment removed
     monkeypatch.undo()
     assert litstore.open(tmp_path / "s").version.number == 0
+
+
+def test_small_runs_are_written_in_the_calling_thread(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run of a few records is written where it was prepared (a thread would cost more than it overlaps);
+    a large one in the writing thread."""
+    store = litstore.Store.create(tmp_path / "s", key="id", chunk_bytes=4096)
+    real = litdata_writer.write_chunk_file
+    threads: list[str] = []
+
+    def recording_chunk(directory: str, filename: str, parts: Any) -> None:
+        threads.append(threading.current_thread().name)
+        real(directory, filename, parts)
+
+    monkeypatch.setattr(litdata_writer, "write_chunk_file", recording_chunk)
+    store.append(iter([_record(n) for n in range(1000)]))
+    assert len(threads) > 1 and set(threads) == {"MainThread"}
+    threads.clear()
+    monkeypatch.setattr(sys.modules["litstore.txn.stage"], "_SMALL_RUN", 50)
+    store.append(iter([_record(n) for n in range(1000, 2000)]))
+    assert any(name.startswith("litstore-write") for name in threads)  # (the last chunk: at the close, here)
+    assert len(litstore.open(tmp_path / "s")) == 2000

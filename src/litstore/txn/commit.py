@@ -75,6 +75,9 @@ if TYPE_CHECKING:
     from litstore.storage import Storage
 
 _MAX_ATTEMPTS = 200
+# A delta of fewer rows is written in the committing thread: its Parquet takes about a millisecond,
+# less than a thread's start and the GIL it would share with the key runs written beside it.
+_SMALL_DELTA_ROWS = 10_000
 
 
 def commit(
@@ -345,7 +348,15 @@ def _write_version(
         pending_rows = 0
     # In a thread as well: encoding the delta's Parquet (a second per 1M rows appended) releases the GIL, and
     # nothing below reads the file.
-    writing_delta = _in_background("delta", _write_delta, storage, manifest_path, delta_file, config.stores_key_hash)
+    writing_delta = _in_background(
+        "delta",
+        _write_delta,
+        storage,
+        manifest_path,
+        delta_file,
+        config.stores_key_hash,
+        inline=delta_file.num_rows < _SMALL_DELTA_ROWS,
+    )
     try:  # the listing and key runs, while the delta and a streamed checkpoint are written beside them
         by_delta = config.writes_listing_deltas and checkpoint_path is None and number % config.checkpoint_interval != 0
         indexes: dict[str, str] = {}
@@ -574,9 +585,18 @@ def _write_delta(storage: Storage, path: str, delta: pa.Table, key_hash: bool) -
     release_freed(delta.nbytes)  # the Parquet encoder's buffers
 
 
-def _in_background(name: str, function: Callable[..., _Result], *arguments: Any) -> futures.Future[_Result]:
+def _in_background(
+    name: str, function: Callable[..., _Result], *arguments: Any, inline: bool = False
+) -> futures.Future[_Result]:
     """``function(*arguments)`` started in a thread of its own, named after ``name``; its future (the thread
-    ends with it)."""
+    ends with it). ``inline``: run here and now instead, its outcome (result or error) in the future all the same."""
+    if inline:
+        done: futures.Future[_Result] = futures.Future()
+        try:
+            done.set_result(function(*arguments))
+        except Exception as exc:  # noqa: BLE001 (raised by result(), where the thread's error would be)
+            done.set_exception(exc)
+        return done
     executor = futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"litstore-{name}")
     try:
         return executor.submit(function, *arguments)

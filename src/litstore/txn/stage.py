@@ -45,6 +45,10 @@ from litstore.txn.records import Batch
 
 _Run = TypeVar("_Run")
 
+# A run of fewer records is written in the calling thread: a thread's start and the GIL it
+# shares cost more than the overlap gains on a run written in a millisecond.
+_SMALL_RUN = 4096
+
 
 @dataclass(frozen=True)
 class StagedFragment:
@@ -155,7 +159,7 @@ def write_fragment(
                         leases.take(storage, transaction, transaction, lease)
                         leased = True
                     runs_seen += 1
-                    behind.submit(streams.add, run)
+                    behind.submit(streams.add, run, inline=len(run) < _SMALL_RUN)
             chunks = {split: tuple(writer.close()) for split, writer in sorted(streams.writers.items())}
             release_freed(sum(chunk.num_bytes for listed in chunks.values() for chunk in listed))
             rows = _locate(streams.written, chunks, config.key_type)
@@ -250,17 +254,19 @@ class _WriteBehind:
     """
 
     def __init__(self, threaded: bool) -> None:
-        self.executor = (
-            futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="litstore-write") if threaded else None
-        )
+        self.threaded = threaded
+        self.executor: futures.ThreadPoolExecutor | None = None  # made for the first run written in a thread
         self.pending: futures.Future[None] | None = None
 
-    def submit(self, function: Callable[[_Run], None], argument: _Run) -> None:
+    def submit(self, function: Callable[[_Run], None], argument: _Run, inline: bool = False) -> None:
+        """Run ``function(argument)`` once the call before it is done: in the thread, or here where ``inline``."""
         self.wait()
-        if self.executor is None:
+        if not self.threaded or inline:
             function(argument)
-        else:
-            self.pending = self.executor.submit(function, argument)
+            return
+        if self.executor is None:
+            self.executor = futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="litstore-write")
+        self.pending = self.executor.submit(function, argument)
 
     def wait(self) -> None:
         """Wait for the call running, raising its error."""
