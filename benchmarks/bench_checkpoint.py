@@ -6,10 +6,11 @@ Run it with::
     python benchmarks/bench_checkpoint.py DIR [--n 4000000 16000000] [--rounds 3] [--compare TREE]
 
 A commit writes a full manifest checkpoint and one key run of every record every
-``checkpoint_interval`` (64) versions, so a stream of small appends pays O(store) once
-every 64 commits: the cost that grows with the store while the change does not. Each
+``checkpoint_interval`` (64) versions, spaced further in a large store (512 at 16M records:
+``litstore.txn.checkpoint.checkpoint_spacing``), so a stream of small appends pays O(store)
+once every so many commits (``bench_small_writes.py`` measures the stream). Each
 size's kept store (``n<N>-32/litstore-6``) is copied once beside it (``--work``, default
-``DIR/checkpoint-work``) with ``checkpoint_interval`` set to 1 in the copy's config, so
+``DIR/checkpoint-work``) with ``checkpoint_interval`` set to 1 in the copy's config (and the spacing held at it), so
 every append of 100 records there writes a checkpoint (a full manifest and key run: about 1.4 GB at
 16M records, kept, so the copy is removed after its size is measured). Each round appends in a fresh
 process (imports before the clock) and prints the seconds and the peak resident memory.
@@ -33,6 +34,8 @@ PROBE = r"""
 import json, resource, sys, time
 import litstore
 root, tag = sys.argv[1], sys.argv[2]
+# Every commit a checkpoint, however large the store (its spacing would grow with it: txn/checkpoint.py).
+sys.modules["litstore.txn.checkpoint"].ROWS_PER_CHECKPOINT_VERSION = 1 << 62
 store = litstore.open(root)
 records = [{"id": f"ckpt-{tag}-{i:05d}", "label": i % 10, "payload": bytes(32)} for i in range(100)]
 start = time.perf_counter()

@@ -151,9 +151,12 @@ class Store:
                 later with :meth:`add_fields`.
             chunk_bytes: target size of a chunk file, in bytes or as litdata writes it
                 (``"64MB"``; ``"64MiB"`` for binary units).
-            checkpoint_interval: write a full manifest at least every this many
-                versions (also whenever the deltas since the last one outgrow the
-                live records).
+            checkpoint_interval: write a full manifest every this many versions
+                (also whenever the deltas since the last one outgrow the live
+                records), and a full listing of the chunks too. A store of more than
+                2M records (with the default) spaces its manifest checkpoints by its
+                size, ``checkpoint_interval`` times a power of two (512 versions at
+                16M records), so their share of each commit does not grow with it.
             storage_options: for ``s3://`` roots, keyword arguments of boto3's S3
                 client (``endpoint_url``, credentials, ...), also used for streaming.
             format_version: the store's data format: 6 by default, where each commit

@@ -424,3 +424,31 @@ def test_a_writer_behind_gc_does_not_commit_a_duplicate_key(make_store: Callable
     assert len(keys) == len(set(keys)), f"duplicate keys in version {latest.version.number}"
     assert committed is None, f"append of a key that is already in the store committed version {committed.number}"
     assert latest["x"] == {"id": "x", "by": "other"}
+
+
+def test_gc_streams_the_checkpoints_it_writes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A kept version whose chain passes expired ones gets a checkpoint streamed from the files (a row group
+    at a time), never its manifest composed whole in memory: what was GBs at 16M records."""
+    store = litstore.Store.create(tmp_path / "s", key="id", chunk_bytes=1024, checkpoint_interval=64)
+    for step in range(8):  # version 1 appends 30 records; each upsert adds 20 and replaces 10
+        batch = [_record(i, rev=step) for i in range(step * 20, step * 20 + 30)]
+        store.append(batch) if step == 0 else store.upsert(batch)
+    expected = {r["id"]: r for step in range(8) for r in (_record(i, step) for i in range(step * 20, step * 20 + 30))}
+    gone = sorted(expected)[::7]
+    store.delete(gone)  # version 9
+    expected = {key: record for key, record in expected.items() if key not in gone}
+
+    def composed_whole(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("gc composed a manifest in memory")
+
+    monkeypatch.setattr("litstore.read.manifests.compose_manifest", composed_whole)
+    store.gc(dry_run=False, keep_last=3)  # keeps 7, 8 and 9: version 7's chain passed 1 to 6
+    monkeypatch.undo()
+    names = os.listdir(tmp_path / "s" / layout.MANIFESTS)
+    assert any(name.startswith(f"{7:08d}-") and name.endswith(".checkpoint.parquet") for name in names)
+    reopened = litstore.open(tmp_path / "s")
+    assert {key: dict(record) for key, record in reopened.items()} == expected
+    assert reopened.at(7).sql("SELECT count(*) AS n FROM manifest").column("n")[0].as_py() == 150
+    assert sorted(reopened.at(8).keys()) == sorted({r["id"] for r in map(_record, range(170))})
+    for number in (7, 8, 9):
+        assert reopened.at(number).verify().ok

@@ -468,6 +468,17 @@ def test_random_histories_read_back_as_the_model(place: Place) -> None:
     run_histories(place, FAST)
 
 
+@pytest.mark.parametrize("backend", ["memory"])
+def test_random_histories_with_checkpoints_spaced_by_size_read_back(
+    place: Place, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same histories in stores "large" enough (2 records a version) that manifest checkpoints come
+    ``checkpoint_interval`` times a power of two apart: chains longer than the interval, listings still in
+    full every interval, gc cutting them where it expires versions."""
+    monkeypatch.setattr(sys.modules["litstore.txn.checkpoint"], "ROWS_PER_CHECKPOINT_VERSION", 2)
+    run_histories(place, FAST)
+
+
 @pytest.mark.integration
 @pytest.mark.parametrize("backend", ["s3"])
 def test_random_histories_read_back_as_the_model_on_s3(place: Place) -> None:

@@ -20,9 +20,36 @@ import pyarrow as pa
 from litstore.errors import MissingFileError
 from litstore.format import layout
 from litstore.format import manifest as manifest_format
-from litstore.format.models import declared_fields
+from litstore.format.models import StoreConfig, Version, declared_fields
 from litstore.read import log, manifests
 from litstore.read.version import VersionReader
+from litstore.storage import Storage
+
+#: Live records each version between two manifest checkpoints stands for: a store of more records than
+#: ``checkpoint_interval`` times this spaces its checkpoints further apart (see :func:`checkpoint_spacing`).
+ROWS_PER_CHECKPOINT_VERSION = 1 << 15
+
+
+def checkpoint_spacing(interval: int, live_rows: int) -> int:
+    """Versions from one manifest checkpoint to the next, for a store of ``live_rows`` records:
+    ``interval`` times the least power of two that makes it at least ``live_rows /``
+    :data:`ROWS_PER_CHECKPOINT_VERSION`.
+
+    A checkpoint rewrites every record's row and key-run entry (O(store)), so at a fixed
+    interval its share of each commit grew with the store (7.5 s every 64 commits at
+    16M records: ~120 ms a commit). Spaced by the store's size, that share stays about
+    the same at any size (64 versions up to 2M records, 512 at 16M, 32,768 at 10^9).
+    What a wider spacing costs is a longer chain for the calls that compose a whole
+    manifest (``sql``, exports, ``verify``, compaction): up to the spacing's small deltas
+    beside a checkpoint of the whole store. A lookup reads key runs, which merge as they
+    pile up, and listings (chunks, O(chunks)) are still written in full every ``interval``
+    versions. A version's chain never passes the spacing in force when it was committed
+    (a checkpoint lands on every multiple of it), nor twice the live rows.
+    """
+    spacing = interval
+    while spacing * ROWS_PER_CHECKPOINT_VERSION < live_rows:
+        spacing *= 2
+    return spacing
 
 
 def write_checkpoint(head: VersionReader, delta: pa.Table, path: str) -> int:
@@ -37,23 +64,38 @@ def write_checkpoint(head: VersionReader, delta: pa.Table, path: str) -> int:
         StorageError: the checkpoint cannot be written (nothing is published).
     """
     try:
-        return _write_checkpoint(head, delta, path)
+        return _write_checkpoint(head.storage, head.config, head.version, delta, path)
     except MissingFileError:
-        return _write_checkpoint(head, delta, path)
+        return _write_checkpoint(head.storage, head.config, head.version, delta, path)
 
 
-def _write_checkpoint(head: VersionReader, delta: pa.Table, path: str) -> int:
-    storage, config, parent = head.storage, head.config, head.version
-    fields = declared_fields(config, parent)
+def write_version_checkpoint(storage: Storage, config: StoreConfig, version: Version, path: str) -> int:
+    """Write at ``path`` the manifest of the committed ``version`` (what gc writes where it cuts a chain); the
+    rows written. Streamed as a commit's is: a row group at a time, in bounded memory at any size.
+
+    Raises:
+        VersionNotFoundError: a version of the chain was expired (by another gc).
+        IntegrityError: a file of the chain is damaged.
+        StorageError: the checkpoint cannot be written.
+    """
+    try:
+        return _write_checkpoint(storage, config, version, None, path)
+    except MissingFileError:
+        return _write_checkpoint(storage, config, version, None, path)
+
+
+def _write_checkpoint(storage: Storage, config: StoreConfig, top: Version, delta: pa.Table | None, path: str) -> int:
+    """Stream ``top``'s manifest, with ``delta`` applied on it where given, to ``path``."""
+    fields = declared_fields(config, top)
     pending: list[str] = []
     base: str | None = None
-    if parent.number > 0:
-        pending, base = log.manifest_chain(storage, parent, set(storage.names(layout.MANIFESTS)))
+    if top.number > 0:
+        pending, base = log.manifest_chain(storage, top, set(storage.names(layout.MANIFESTS)))
     schema = manifest_format.schema(config.key_type, fields)
     if not config.stores_key_hash:  # not written: rows are hashed only where a delta needs it
         schema = schema.remove(schema.get_field_index("key_hash"))
     hashed = config.stores_key_hash
-    deltas: list[Iterable[pa.Table]] = [[manifest_format.decoded(delta)]]
+    deltas: list[Iterable[pa.Table]] = [] if delta is None else [[manifest_format.decoded(delta)]]
     deltas += [log.read_manifest_row_groups(storage, config, name, True, fields, hashed) for name in pending]
     checkpoint = None if base is None else log.read_manifest_row_groups(storage, config, base, False, fields, hashed)
     parts = manifests.stream_compose(config.key_type, deltas, checkpoint, fields, schema.names)

@@ -64,7 +64,7 @@ from litstore.read.listings import VersionListing, added_chunks
 from litstore.read.memory import release_freed
 from litstore.txn import claims, fields, keyruns, leases, race, upgrade
 from litstore.txn.change import Change, Compaction, Delete, FieldAddition, Merge, Upgrade, Write
-from litstore.txn.checkpoint import write_checkpoint
+from litstore.txn.checkpoint import checkpoint_spacing, write_checkpoint
 from litstore.txn.plan import Plan
 from litstore.txn.stage import Moved, StagedFragment, discard, write_fragment
 
@@ -262,7 +262,8 @@ def publish(
     where ``head`` holds its manifest, what composes the new version's manifest from it in memory.
 
     The new version gets a full manifest checkpoint every ``checkpoint_interval``
-    versions, whenever composing it would read more delta rows than it has live
+    versions (more apart in a large store: :func:`checkpoint_spacing`), whenever composing it would read more
+    delta rows than it has live
     records (format 4: twice as many), so composing any version reads at most about
     two (three) times its live rows, and for every compaction (whose delta moves many rows).
 
@@ -337,7 +338,8 @@ def _write_version(
     # A checkpoint is composed in memory where the manifest is at hand (a head that built it), else streamed
     # from the files (txn/checkpoint.py): a store of any size.
     in_memory = head.built_manifest is not None
-    if operation == "compact" or number % config.checkpoint_interval == 0 or pending_rows > allowed:
+    spacing = checkpoint_spacing(config.checkpoint_interval, sum(counts.values()))
+    if operation == "compact" or number % spacing == 0 or pending_rows > allowed:
         checkpoint_path = layout.manifest_checkpoint(number, transaction)
         written.append(checkpoint_path)
         if in_memory:

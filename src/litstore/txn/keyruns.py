@@ -17,10 +17,11 @@ appends keeps few runs); larger merges wait for the next checkpoint or compactio
 
 **Full runs at checkpoints.** A commit that writes a checkpoint writes one run of every
 record too, so a version has at most the runs of the commits since the last checkpoint
-(at most ``checkpoint_interval``, merged as above), however many records the store
-holds: from the manifest where it is in memory (:func:`full_run`), else merged from the
-commit's run and every parent run one range of key hashes at a time
-(:func:`write_full_run`), in memory bounded by one range.
+(at most the checkpoint spacing, :func:`litstore.txn.checkpoint.checkpoint_spacing`,
+merged as above: O(log) of them), however many records the store holds: from the
+manifest where it is in memory (:func:`full_run`), else merged from the commit's run
+and every parent run one range of key hashes at a time (:func:`write_full_run`), in
+memory bounded by one range.
 
 **Full runs.** Compaction and checkpoints write one run of every record of the version they commit
 (:func:`full_run`, from the version's manifest, which compaction composes anyway), so

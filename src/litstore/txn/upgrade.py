@@ -60,6 +60,7 @@ from litstore.read import chunkhashes, log
 from litstore.storage import Storage
 from litstore.txn import keyruns
 from litstore.txn.change import Upgrade
+from litstore.txn.checkpoint import checkpoint_spacing
 from litstore.txn.race import catch_up, commit_time, copy_indexes, pause, put_commit_record
 from litstore.txn.stage import write_chunk_hashes
 
@@ -219,7 +220,7 @@ def _write(
     written.append(delta)
     checkpoint = None
     pending_rows = parent.pending_rows
-    if number % config.checkpoint_interval == 0:  # as every commit does (see txn.commit.publish)
+    if number % checkpoint_spacing(config.checkpoint_interval, sum(parent.counts.values())) == 0:  # as commits do
         checkpoint = layout.manifest_checkpoint(number, transaction)
         storage.write(checkpoint, manifest_format.to_parquet(manifest, key_hash=config.stores_key_hash))
         written.append(checkpoint)
