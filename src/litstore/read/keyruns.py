@@ -504,10 +504,12 @@ class KeyRuns:
             run_status, run_entries = run.find_many(hashes[open_], prints[open_])
             decided = run_status != ABSENT
             positions = open_[decided]
+            taken = keyrun.take(run_entries, decided)
             status[positions] = run_status[decided]
-            entries[positions] = run_entries[decided]
-            for position, entry in zip(positions.tolist(), run_entries[decided].tolist(), strict=True):
-                if entry[1] != keyrun.DELETED:
-                    names[position] = run.chunk(entry[1])
+            entries[positions] = taken
+            # Only the chunk ids: a whole entry made a Python tuple (bytes and all) was 48 ms for 10,000 keys.
+            for position, chunk in zip(positions.tolist(), taken["chunk"].tolist(), strict=True):
+                if chunk != keyrun.DELETED:
+                    names[position] = run.chunk(chunk)
             open_ = open_[~decided]
         return status, names, entries
