@@ -507,9 +507,12 @@ class KeyRuns:
             taken = keyrun.take(run_entries, decided)
             status[positions] = run_status[decided]
             entries[positions] = taken
-            # Only the chunk ids: a whole entry made a Python tuple (bytes and all) was 48 ms for 10,000 keys.
-            for position, chunk in zip(positions.tolist(), taken["chunk"].tolist(), strict=True):
-                if chunk != keyrun.DELETED:
-                    names[position] = run.chunk(chunk)
+            # Only the chunk ids, each name looked up once: a whole entry made a Python tuple (bytes and
+            # all) for each key was 5.5 ms for 10,000 keys.
+            chunks = taken["chunk"]
+            live = chunks != keyrun.DELETED
+            named = {number: run.chunk(number) for number in np.unique(chunks[live]).tolist()}
+            for position, chunk in zip(positions[live].tolist(), chunks[live].tolist(), strict=True):
+                names[position] = named[chunk]
             open_ = open_[~decided]
         return status, names, entries
