@@ -99,3 +99,31 @@ def test_a_store_under_the_spacing_threshold_checkpoints_every_interval(tmp_path
     for step in range(10):
         store.append([_record(step)])
     assert _checkpointed(root) == [3, 6, 9]
+
+
+def test_a_store_growing_faster_than_its_spacing_still_checkpoints_and_bounds_its_key_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """20 records a version against 4 a version of spacing: the spacing (2 * 2^k >= live / 4) outruns the
+    version number, so no version is ever a multiple of it. Runs past the merge limit no longer merge, so
+    without another rule every few commits left a run for good (and every version's chain ran to version 1):
+    a store ingested by appends of over 32,768 records never checkpointed. A commit whose parent lists
+    MAX_KEY_RUNS runs checkpoints, which writes one run of every record."""
+    monkeypatch.setattr(sys.modules["litstore.txn.checkpoint"], "ROWS_PER_CHECKPOINT_VERSION", 4)
+    monkeypatch.setattr(sys.modules["litstore.txn.checkpoint"], "MAX_KEY_RUNS", 6, raising=False)
+    monkeypatch.setattr(sys.modules["litstore.txn.keyruns"], "MERGE_LIMIT", 64)
+    root = tmp_path / "s"
+    store = litstore.Store.create(root, key="id", fields={"label": int}, chunk_bytes=4096, checkpoint_interval=2)
+    expected: dict[str, dict[str, Any]] = {}
+    for step in range(1, 41):
+        batch = [_record(step * 100 + n, label=step) for n in range(20)]
+        store.append(batch)
+        expected.update({r["id"]: r for r in batch})
+        assert store.version.number * 4 * 2 < len(expected)  # the spacing is past the version number
+        assert len(store.version.key_runs) <= 6, f"version {step} lists {len(store.version.key_runs)} key runs"
+    assert _checkpointed(root), "no version checkpointed"
+    reopened = litstore.open(root)
+    assert {key: dict(record) for key, record in reopened.items()} == expected
+    for key in list(expected)[::37]:
+        assert dict(reopened[key]) == expected[key]
+    assert reopened.verify().ok

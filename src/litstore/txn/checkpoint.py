@@ -28,6 +28,12 @@ from litstore.storage import Storage
 #: Live records each version between two manifest checkpoints stands for: a store of more records than
 #: ``checkpoint_interval`` times this spaces its checkpoints further apart (see :func:`checkpoint_spacing`).
 ROWS_PER_CHECKPOINT_VERSION = 1 << 15
+#: Key runs a version may list: a commit whose parent lists this many writes a checkpoint (and its one run of every
+#: record) whatever the spacing. Each commit adds at most one run, and runs past ``keyruns.MERGE_LIMIT`` entries no
+#: longer merge: without it, commits of 10k records at 10^9 left ~370 runs between checkpoints, and a store growing
+#: by more than ``ROWS_PER_CHECKPOINT_VERSION`` records a version (its spacing past its version number: no multiple
+#: ever reached) never checkpointed again, its runs piling up for good.
+MAX_KEY_RUNS = 64
 
 
 def checkpoint_spacing(interval: int, live_rows: int) -> int:

@@ -62,7 +62,7 @@ from litstore.read.keyindex import KeyIndex
 from litstore.read.keyruns import has_key_index
 from litstore.read.listings import VersionListing, added_chunks
 from litstore.read.memory import release_freed
-from litstore.txn import claims, fields, keyruns, leases, race, upgrade
+from litstore.txn import checkpoint, claims, fields, keyruns, leases, race, upgrade
 from litstore.txn.change import Change, Compaction, Delete, FieldAddition, Merge, Upgrade, Write
 from litstore.txn.checkpoint import checkpoint_spacing, write_checkpoint
 from litstore.txn.plan import Plan
@@ -265,7 +265,9 @@ def publish(
     versions (more apart in a large store: :func:`checkpoint_spacing`), whenever composing it would read more
     delta rows than it has live
     records (format 4: twice as many), so composing any version reads at most about
-    two (three) times its live rows, and for every compaction (whose delta moves many rows).
+    two (three) times its live rows, for every compaction (whose delta moves many rows), and whenever its
+    parent lists :data:`~litstore.txn.checkpoint.MAX_KEY_RUNS` key runs (a store growing faster than its
+    spacing never reaches a multiple of it).
 
     A format-6 record lists its chunks and deletion vectors by delta on the parent's (the
     chunks it adds and drops, the vectors it wrote; :mod:`litstore.read.listings`), and in
@@ -339,7 +341,9 @@ def _write_version(
     # from the files (txn/checkpoint.py): a store of any size.
     in_memory = head.built_manifest is not None
     spacing = checkpoint_spacing(config.checkpoint_interval, sum(counts.values()))
-    if operation == "compact" or number % spacing == 0 or pending_rows > allowed:
+    # Also where the parent's key runs piled up: a store growing faster than the spacing never reaches a multiple.
+    piled = config.writes_key_runs and len(parent.key_runs) >= checkpoint.MAX_KEY_RUNS
+    if operation == "compact" or number % spacing == 0 or pending_rows > allowed or piled:
         checkpoint_path = layout.manifest_checkpoint(number, transaction)
         written.append(checkpoint_path)
         if in_memory:

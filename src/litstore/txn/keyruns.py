@@ -18,7 +18,8 @@ appends keeps few runs); larger merges wait for the next checkpoint or compactio
 **Full runs at checkpoints.** A commit that writes a checkpoint writes one run of every
 record too, so a version has at most the runs of the commits since the last checkpoint
 (at most the checkpoint spacing, :func:`litstore.txn.checkpoint.checkpoint_spacing`,
-merged as above: O(log) of them), however many records the store holds: from the
+merged as above: O(log) of them; and never past :data:`litstore.txn.checkpoint.MAX_KEY_RUNS`,
+where runs too large to merge pile up), however many records the store holds: from the
 manifest where it is in memory (:func:`full_run`), else merged from the commit's run
 and every parent run one range of key hashes at a time (:func:`write_full_run`), in
 memory bounded by one range.
