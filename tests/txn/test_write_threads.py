@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -112,3 +113,40 @@ def test_small_runs_are_written_in_the_calling_thread(tmp_path: Path, monkeypatc
     store.append(iter([_record(n) for n in range(1000, 2000)]))
     assert any(name.startswith("litstore-write") for name in threads)  # (the last chunk: at the close, here)
     assert len(litstore.open(tmp_path / "s")) == 2000
+
+
+def test_an_interrupt_in_a_small_delta_waits_for_the_checkpoint_thread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """^C while the small delta is written in the committing thread, a checkpoint being streamed beside it:
+    the commit waits for that thread before it removes what it wrote, so no file lands after the removal."""
+    root = tmp_path / "s"
+    litstore.Store.create(root, key="id", chunk_bytes=4096, checkpoint_interval=2).append(
+        [_record(n) for n in range(300)]
+    )
+    store = litstore.open(root)  # a fresh handle: version 2's checkpoint is streamed in a thread
+    commit_module = sys.modules["litstore.txn.commit"]
+    real_checkpoint = commit_module.write_checkpoint
+    finished: list[float] = []
+
+    def slow_checkpoint(*args: Any) -> int:
+        time.sleep(0.5)
+        try:
+            return int(real_checkpoint(*args))
+        finally:
+            finished.append(time.monotonic())
+
+    def interrupted_delta(*args: Any) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(commit_module, "write_checkpoint", slow_checkpoint)
+    monkeypatch.setattr(commit_module, "_write_delta", interrupted_delta)
+    before = _metadata_files(root)
+    with pytest.raises(KeyboardInterrupt):
+        store.append([_record(n) for n in range(300, 310)])
+    returned = time.monotonic()
+    assert finished and finished[0] <= returned  # the checkpoint's thread was done before append returned
+    time.sleep(0.2)
+    assert _metadata_files(root) == before
+    monkeypatch.undo()
+    assert len(litstore.open(root)) == 300 and litstore.open(root).verify().ok

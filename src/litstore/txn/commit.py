@@ -352,18 +352,20 @@ def _write_version(
         else:  # in a thread: Parquet encoding and the key-run merge below both release the GIL
             checkpointing = _in_background("checkpoint", write_checkpoint, head, delta, checkpoint_path)
         pending_rows = 0
-    # In a thread as well: encoding the delta's Parquet (a second per 1M rows appended) releases the GIL, and
-    # nothing below reads the file.
-    writing_delta = _in_background(
-        "delta",
-        _write_delta,
-        storage,
-        manifest_path,
-        delta_file,
-        config.stores_key_hash,
-        inline=delta_file.num_rows < _SMALL_DELTA_ROWS,
-    )
+    writing_delta: futures.Future[None] | None = None
     try:  # the listing and key runs, while the delta and a streamed checkpoint are written beside them
+        # In a thread as well: encoding the delta's Parquet (a second per 1M rows appended) releases the GIL,
+        # and nothing below reads the file. (Inside the try: a ^C in a small delta written here still waits
+        # for the checkpoint's thread, so nothing is written after the attempt's files are removed.)
+        writing_delta = _in_background(
+            "delta",
+            _write_delta,
+            storage,
+            manifest_path,
+            delta_file,
+            config.stores_key_hash,
+            inline=delta_file.num_rows < _SMALL_DELTA_ROWS,
+        )
         by_delta = config.writes_listing_deltas and checkpoint_path is None and number % config.checkpoint_interval != 0
         indexes: dict[str, str] = {}
         listing: VersionListing | None = None
@@ -416,8 +418,9 @@ def _write_version(
         if moves is not None:
             fragment_ids.append(moves.transaction)
     finally:
-        running: list[futures.Future[Any]] = [writing_delta]
-        futures.wait(running if checkpointing is None else [*running, checkpointing])  # errors: raised below
+        running: list[futures.Future[Any]] = [task for task in (writing_delta, checkpointing) if task is not None]
+        futures.wait(running)  # errors: raised below
+    assert writing_delta is not None  # (the try ended normally)
     writing_delta.result()
     if checkpointing is not None:
         checkpointing.result()
