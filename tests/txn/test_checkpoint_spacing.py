@@ -127,3 +127,16 @@ def test_a_store_growing_faster_than_its_spacing_still_checkpoints_and_bounds_it
     for key in list(expected)[::37]:
         assert dict(reopened[key]) == expected[key]
     assert reopened.verify().ok
+
+
+def test_a_store_without_key_runs_keeps_checkpoints_every_interval(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Format 2 looks keys up in the composed manifest, so every open reads the chain: no wider spacing there."""
+    monkeypatch.setattr(sys.modules["litstore.txn.checkpoint"], "ROWS_PER_CHECKPOINT_VERSION", 1)
+    root = tmp_path / "s"
+    store = litstore.Store.create(root, key="id", chunk_bytes=512, checkpoint_interval=3, format_version=2)
+    for step in range(10):
+        store.append([_record(10 * step + n) for n in range(10)])
+    assert _checkpointed(root) == [3, 6, 9]
+    assert sorted(litstore.open(root).keys()) == sorted(f"r{n:05d}" for n in range(100))

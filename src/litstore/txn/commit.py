@@ -340,7 +340,11 @@ def _write_version(
     # A checkpoint is composed in memory where the manifest is at hand (a head that built it), else streamed
     # from the files (txn/checkpoint.py): a store of any size.
     in_memory = head.built_manifest is not None
-    spacing = checkpoint_spacing(config.checkpoint_interval, sum(counts.values()))
+    # Spaced by size where lookups read key runs (format 3+); a format 1-2 store composes its manifest on open.
+    live = sum(counts.values())
+    spacing = (
+        checkpoint_spacing(config.checkpoint_interval, live) if config.writes_key_runs else config.checkpoint_interval
+    )
     # Also where the parent's key runs piled up: a store growing faster than the spacing never reaches a multiple.
     piled = config.writes_key_runs and len(parent.key_runs) >= checkpoint.MAX_KEY_RUNS
     if operation == "compact" or number % spacing == 0 or pending_rows > allowed or piled:
