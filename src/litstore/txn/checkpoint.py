@@ -45,13 +45,15 @@ def checkpoint_spacing(interval: int, live_rows: int) -> int:
     interval its share of each commit grew with the store (7.5 s every 64 commits at
     16M records: ~120 ms a commit). Spaced by the store's size, that share stays about
     the same at any size (64 versions up to 2M records, 512 at 16M, 32,768 at 10^9).
-    Stores of format 1-2 (no key runs: a lookup composes the manifest) keep ``interval``.
+    A commit applies it to stores with key runs only: format 1-2 (a lookup composes the
+    manifest) keeps ``interval``.
     What a wider spacing costs is a longer chain for the calls that compose a whole
     manifest (``sql``, exports, ``verify``, compaction): up to the spacing's small deltas
     beside a checkpoint of the whole store. A lookup reads key runs, which merge as they
     pile up, and listings (chunks, O(chunks)) are still written in full every ``interval``
-    versions. A version's chain never passes the spacing in force when it was committed
-    (a checkpoint lands on every multiple of it), nor twice the live rows.
+    versions. A version's chain never passes the largest spacing in force since its last
+    checkpoint (one lands on every multiple of the spacing, and where the parent lists
+    :data:`MAX_KEY_RUNS` runs), nor twice the live rows.
     """
     spacing = interval
     while spacing * ROWS_PER_CHECKPOINT_VERSION < live_rows:
