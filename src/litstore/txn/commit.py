@@ -261,13 +261,13 @@ def publish(
     where it was not composed) and,
     where ``head`` holds its manifest, what composes the new version's manifest from it in memory.
 
-    The new version gets a full manifest checkpoint every ``checkpoint_interval``
-    versions (more apart in a large store: :func:`checkpoint_spacing`), whenever composing it would read more
-    delta rows than it has live
-    records (format 4: twice as many), so composing any version reads at most about
-    two (three) times its live rows, for every compaction (whose delta moves many rows), and whenever its
-    parent lists :data:`~litstore.txn.checkpoint.MAX_KEY_RUNS` key runs (a store growing faster than its
-    spacing never reaches a multiple of it).
+    The new version gets a full manifest checkpoint every ``checkpoint_interval`` versions
+    (further apart in a large store: :func:`checkpoint_spacing`), whenever composing it
+    would read more delta rows than it has live records (format 4: twice as many), so
+    composing any version reads at most about two (three) times its live rows, for every
+    compaction (whose delta moves many rows), and whenever its parent lists
+    :data:`~litstore.txn.checkpoint.MAX_KEY_RUNS` key runs (a store growing faster than
+    its spacing never reaches a multiple of it).
 
     A format-6 record lists its chunks and deletion vectors by delta on the parent's (the
     chunks it adds and drops, the vectors it wrote; :mod:`litstore.read.listings`), and in
