@@ -230,22 +230,6 @@ def key_run(number: int, transaction: str) -> str:
 
 #: What :func:`key_run` names (anchored: a pydantic field pattern is searched, not matched).
 KEY_RUN_PATTERN = r"^manifests/([0-9]{8,})-[0-9a-f]{20}\.keys$"
-_KEY_RUN = re.compile(KEY_RUN_PATTERN)
-
-
-def check_key_run(path: str) -> str:
-    """``path`` if it names a key run as litstore writes them, else ``ValueError``."""
-    if not isinstance(path, str) or not _KEY_RUN.fullmatch(path):
-        raise ValueError(f"{path!r} is not a key run path of this store's layout")
-    return path
-
-
-def key_run_number(path: str) -> int:
-    """The version that wrote key run ``path`` (checked)."""
-    match = _KEY_RUN.fullmatch(path) if isinstance(path, str) else None
-    if match is None:
-        raise ValueError(f"{path!r} is not a key run path of this store's layout")
-    return int(match.group(1))
 
 
 def deletions(number: int, transaction: str) -> str:
