@@ -153,13 +153,14 @@ def write_fragment(
                 directory, transaction, prefix, chunk_bytes or config.chunk_bytes, key_type, fingerprinted, sources, bar
             )
             runs_seen = 0
-            with _WriteBehind(threaded=not isinstance(runs, (Batch, Moved))) as behind:
+            single = isinstance(runs, (Batch, Moved))  # (nothing to prepare beside its writing)
+            with _WriteBehind() as behind:
                 for run in [runs] if isinstance(runs, (Batch, Moved)) else runs:
                     if not leased:  # before the first chunk, after the input's first run (a slow source writes nothing)
                         leases.take(storage, transaction, transaction, lease)
                         leased = True
                     runs_seen += 1
-                    behind.submit(streams.add, run, inline=len(run) < _SMALL_RUN)
+                    behind.submit(streams.add, run, inline=single or len(run) < _SMALL_RUN)
             chunks = {split: tuple(writer.close()) for split, writer in sorted(streams.writers.items())}
             release_freed(sum(chunk.num_bytes for listed in chunks.values() for chunk in listed))
             rows = _locate(streams.written, chunks, config.key_type)
@@ -240,7 +241,8 @@ class _SplitStreams:
 
 
 class _WriteBehind:
-    """Runs one call at a time in a thread of its own (``threaded``), while the caller prepares the next.
+    """Runs one call at a time in a thread of its own (unless asked to run it inline), while the caller prepares
+    the next.
 
     :func:`write_fragment` writes a run this way while the next is prepared: encoding,
     hashing and the checks against the head on one side, sorting, taking, file writes
@@ -253,15 +255,14 @@ class _WriteBehind:
     is still running after it (none writes into a fragment the caller removes).
     """
 
-    def __init__(self, threaded: bool) -> None:
-        self.threaded = threaded
+    def __init__(self) -> None:
         self.executor: futures.ThreadPoolExecutor | None = None  # made for the first run written in a thread
         self.pending: futures.Future[None] | None = None
 
     def submit(self, function: Callable[[_Run], None], argument: _Run, inline: bool = False) -> None:
         """Run ``function(argument)`` once the call before it is done: in the thread, or here where ``inline``."""
         self.wait()
-        if not self.threaded or inline:
+        if inline:
             function(argument)
             return
         if self.executor is None:
