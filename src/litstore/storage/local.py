@@ -154,10 +154,7 @@ class LocalStorage(Storage):
         descriptor, _ = self._descriptor(path)
         try:
             for number, (begin, size, at) in enumerate(zip(begins.tolist(), sizes.tolist(), places.tolist())):
-                done = 0  # fewer past the end of the file; a call reads at most 2 GiB
-                while done < size and (read := os.preadv(descriptor, [buffer[at + done : at + size]], begin + done)):
-                    done += read
-                got[number] = done
+                got[number] = _fill(descriptor, buffer[at : at + size], begin)
         except OSError as exc:
             raise StorageError(f"cannot read {path!r} in {self.root}: {exc}") from exc
         finally:
@@ -179,10 +176,7 @@ class LocalStorage(Storage):
         try:
             at = 0
             for (start, _), size in zip(spans, sizes, strict=True):
-                got = 0  # fewer past the end of the file; a call reads at most 2 GiB
-                while got < size and (read := os.preadv(descriptor, [buffer[at + got : at + size]], start + got)):
-                    got += read
-                views.append(buffer[at : at + got])
+                views.append(buffer[at : at + _fill(descriptor, buffer[at : at + size], start)])
                 at += size
         except OSError as exc:
             raise StorageError(f"cannot read {path!r} in {self.root}: {exc}") from exc
@@ -461,6 +455,15 @@ def _rmtree(top: Path) -> None:
         shutil.rmtree(top, onexc=gone_is_fine)
     else:
         shutil.rmtree(top, onerror=gone_is_fine)
+
+
+def _fill(descriptor: int, target: memoryview, offset: int) -> int:
+    """Read the file's bytes from ``offset`` into ``target``; how many were read (fewer past the end of the file:
+    a call reads at most 2 GiB, so it is called until the target is full or the file ends)."""
+    done = 0
+    while done < len(target) and (read := os.preadv(descriptor, [target[done:]], offset + done)):
+        done += read
+    return done
 
 
 def _temporary_beside(target: Path) -> Path:
