@@ -58,7 +58,7 @@ _SPLIT_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}")
 
 
 class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", cache_strings="keys")
 
 
 def _check_split_name(name: str) -> str:
@@ -533,7 +533,7 @@ class Version(_Frozen):
             if run.number > self.number:
                 raise ValueError(f"key run {run.path!r} is of a later version than {self.number}")
         _check_deletion_refs(self.deletions, self.number, None)
-        dropped = frozenset(self.dropped_chunks)
+        dropped = frozenset(self.dropped_chunks) if self.deletions else frozenset()
         for ref in self.deletions:
             if ref.chunk in dropped:
                 raise ValueError(f"chunk {ref.chunk} is both dropped and given a deletion vector")
