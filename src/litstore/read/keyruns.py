@@ -146,7 +146,7 @@ class RunReader:
                 self._windows = None
         return self._tail
 
-    def _bytes(self, start: int, end: int) -> memoryview:
+    def _bytes(self, start: int, end: int) -> bytes | memoryview:
         """Bytes ``[start, end)`` of the run: a slice of a small run's bytes, else one ranged read."""
         return self._read([(start, end)])[0]
 
@@ -183,7 +183,7 @@ class RunReader:
             footer = self.footer()
             names_span = (footer.names_start, footer.fences_start)
 
-            def read(spans: Sequence[tuple[int, int]]) -> Sequence[memoryview]:
+            def read(spans: Sequence[tuple[int, int]]) -> Sequence[bytes | memoryview]:
                 if self._names is not None:
                     return self._read(spans)
                 # The chunk table comes with the first window, in the same read.
@@ -194,9 +194,10 @@ class RunReader:
             self._windows = fences.FenceWindows(footer, read)
         return self._windows
 
-    def _read(self, spans: Sequence[tuple[int, int]]) -> list[memoryview]:
+    def _read(self, spans: Sequence[tuple[int, int]]) -> list[bytes | memoryview]:
         """Bytes ``[start, end)`` of the run for each span: slices of a small run's bytes, else read (pread
-        locally, a ranged read elsewhere).
+        locally, a ranged read elsewhere), as the storage returns them (no view made of each: an append's
+        check of 100 keys reads 100 filter blocks of every run).
 
         Raises:
             IntegrityError: the run is missing.
@@ -205,7 +206,7 @@ class RunReader:
             whole = self._whole
             return [whole[start:end] for start, end in spans]
         try:
-            return [memoryview(data) for data in self._storage.read_ranges(self._ref.path, spans)]
+            return list(self._storage.read_ranges(self._ref.path, spans))
         except MissingFileError as exc:
             raise IntegrityError(f"key run {self._ref.path}, which the commit record lists, is missing") from exc
 
@@ -257,7 +258,7 @@ class RunReader:
         """For each key, whether the run may have an entry for it: ``False`` only where the run's filter
         (format 5) says it has none; all ``True`` for a run without one.
 
-        The filter's blocks the keys fall in are read (each once, and kept), checked
+        The filter's blocks the keys fall in are read (each once; kept where they are few), checked
         against their checksums, then the keys' bits tested.
         """
         if self._footer is None and self._ref.size > WHOLE_RUN and 0 < len(hashes) <= _GUESSED_BLOCKS:
@@ -267,9 +268,13 @@ class RunReader:
             return np.ones(len(hashes), dtype=bool)
         rows = keyfilter.blocks_of(hashes, footer.filter_blocks)
         numbers = np.unique(rows)
-        taken = {number: self._blocks[number] for number in numbers.tolist() if number in self._blocks}
-        missing = [number for number in numbers.tolist() if number not in taken]
-        if missing:
+        listed = numbers.tolist()
+        cached = self._blocks
+        taken = {number: cached[number] for number in listed if number in cached} if cached else {}
+        missing = [number for number in listed if number not in taken] if taken else listed
+        if not missing:
+            bits = np.stack([taken[number] for number in listed])
+        else:
             start, size = footer.entries_bytes, keyfilter.BLOCK
             low, high = missing[0], missing[-1] + 1
             # Many and dense (a large append's check): one read from the first to the last. Sparse (10,000
@@ -279,12 +284,18 @@ class RunReader:
                 data = [span[(n - low) * size : (n - low + 1) * size] for n in missing]
             else:
                 data = self._read([(start + number * size, start + (number + 1) * size) for number in missing])
-            bits = keyfilter.check_blocks(self._ref.path, missing, data)
-            taken.update(zip(missing, bits, strict=True))
-            if len(self._blocks) + len(missing) > _CACHED_BLOCKS:  # (the cache is cleared, not what is taken)
-                self._blocks.clear()
-            self._blocks.update(zip(missing[:_CACHED_BLOCKS], bits[:_CACHED_BLOCKS], strict=True))
-        bits = np.stack([taken[number] for number in numbers.tolist()])
+            read = keyfilter.check_blocks(self._ref.path, missing, data)
+            # Kept for the lookups of a few keys that follow (a process's lookups); a batch's blocks (an
+            # append's check of 100 keys) are seldom asked again, and keeping each row costs a step.
+            if len(missing) <= _GUESSED_BLOCKS:
+                if len(cached) + len(missing) > _CACHED_BLOCKS:  # (the cache is cleared, not what is taken)
+                    cached.clear()
+                cached.update(zip(missing, read, strict=True))
+            if taken:
+                taken.update(zip(missing, read, strict=True))
+                bits = np.stack([taken[number] for number in listed])
+            else:
+                bits = read  # (every block was missing: they are in ``numbers``' order)
         return keyfilter.may_hold(bits, np.searchsorted(numbers, rows), prints)
 
     def _open_with_blocks(self, hashes: np.ndarray) -> None:
