@@ -48,7 +48,9 @@ class FenceWindows:
     for all of them where the storage is remote).
     """
 
-    def __init__(self, footer: keyrun.Footer, read: Callable[[Sequence[tuple[int, int]]], Sequence[bytes | memoryview]]):
+    def __init__(
+        self, footer: keyrun.Footer, read: Callable[[Sequence[tuple[int, int]]], Sequence[bytes | memoryview]]
+    ):
         self._footer = footer
         self._read = read
         self._fences: dict[int, np.ndarray] = {}
