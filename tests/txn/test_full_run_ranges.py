@@ -138,3 +138,52 @@ def test_a_range_of_a_run_is_its_entries_of_those_hashes_across_pages_and_blocks
             inside = (hashes >= np.uint64(low)) & (True if high is None else hashes < np.uint64(high))
             got = RunReader(storage, ref).between(low, high)
             assert got.tobytes() == entries[inside].tobytes(), (low, high)
+
+
+def test_a_large_commit_merges_its_newer_runs_by_ranges_keeping_what_hides_older_entries(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A commit whose merge passes ``MERGE_LIMIT`` entries streams it by ranges of key hashes (bounded memory).
+    Merged short of the oldest run, its deleted entries must stay (they hide that run's older entries); merged
+    down to the oldest, they go. Every key reads back as written, in this process and a fresh one."""
+    import litstore
+
+    monkeypatch.setattr(keyruns, "MERGE_LIMIT", 50)
+    monkeypatch.setattr(keyruns, "_MERGE_RANGE", 16)  # several ranges a merge
+    calls: list[bool] = []
+    streamed = keyruns._write_merged
+
+    def counted(*args: object, **kwargs: object) -> object:
+        calls.append(bool(args[6]))  # oldest
+        return streamed(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(keyruns, "_write_merged", counted)
+    store = litstore.Store.create(tmp_path / "s", key="id", chunk_bytes=1 << 12, checkpoint_interval=1000)
+    model = {f"a{n:03d}": {"id": f"a{n:03d}", "n": n} for n in range(200)}
+    store.append(list(model.values()))
+    newer = {f"b{n:03d}": {"id": f"b{n:03d}", "n": n} for n in range(40)}
+    store.append(list(newer.values()))
+    model.update(newer)
+    assert [run.entries for run in store.version.key_runs] == [40, 200]
+    doomed = [f"a{n:03d}" for n in range(0, 90, 3)]  # 30 deleted entries: with the 40, 70 > MERGE_LIMIT
+    store.delete(doomed)
+    for key in doomed:
+        del model[key]
+    assert calls == [False], "the delete's run and the 40 were merged by ranges, short of the oldest run"
+    assert [run.entries for run in store.version.key_runs] == [70, 200]  # the deleted entries kept
+
+    def reads_back(reader: litstore.Store) -> None:
+        assert reader.get_many(sorted(model)) == [model[key] for key in sorted(model)]
+        for key in doomed:
+            assert key not in reader
+        reader.verify()
+
+    reads_back(store)
+    reads_back(litstore.open(store.root))
+    last = {f"c{n:03d}": {"id": f"c{n:03d}", "n": n} for n in range(100)}
+    store.append(list(last.values()))  # 70 <= 200 and 200 <= 340: down to the oldest run, 370 <= 800
+    model.update(last)
+    assert calls == [False, True]
+    assert [run.entries for run in store.version.key_runs] == [len(model)]  # the deleted entries dropped
+    reads_back(store)
+    reads_back(litstore.open(store.root))
