@@ -1065,7 +1065,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--only", type=figure_list, default=None, help=f"figures to run, of {','.join(FIGURES)}")
     parser.add_argument("--skip", type=figure_list, default=[], help="figures not to run")
     parser.add_argument(
-        "--formats", type=int, nargs="+", choices=(2, 3, 4, 5, 6), default=[5, 6], help="litstore formats"
+        "--formats", type=int, nargs="+", choices=(2, 3, 4, 5, 6, 7), default=[6, 7], help="litstore formats"
     )
     parser.add_argument(
         "--compact",

@@ -714,14 +714,14 @@ class Store:
         metadata: dict[str, Any] | None = None,
         progress: bool = False,
     ) -> Version:
-        """Move the store to format 6 (a format-5 store is switched, nothing rewritten): its key index on disk
-        with key filters, deletion vectors for upserts and deletes, and commit records that list chunks and
-        deletion vectors by delta.
+        """Move the store to format 7 (a format-5 or 6 store is switched, nothing rewritten): its key index on
+        disk with key filters, deletion vectors for upserts and deletes, and commit records that list chunks and
+        deletion vectors by delta (and, listed in full, name no dropped chunks).
 
         On a format-1 or 2 store, first commits a version with the newest version's
         records, chunks and fingerprint (a ``diff`` of the two is empty) whose commit
         record lists one key run of every record; then switches ``litstore.json`` to
-        format 6. From then on every commit writes a key run with its key filter, so a
+        format 7. From then on every commit writes a key run with its key filter, so a
         lookup, ``get_many``, ``in`` or an append's key check in a fresh process reads a
         few blocks and pages of the index instead of composing the manifest, and an
         upsert or delete marks the rows it supersedes dead instead of copying the live
@@ -731,13 +731,13 @@ class Store:
         commit: they rebase onto it. Safe to stop at any point and run again (see
         :mod:`litstore.txn.upgrade`).
 
-        On a format-5 or 6 store whose newest version's runs all open, nothing is committed
+        On a format-5, 6 or 7 store whose newest version's runs all open, nothing is committed
         and the head is returned as it is, unless ``rebuild`` (write the index again
         from the manifest, as when a lookup reported a damaged key run); a version is
         also committed if the runs are missing or cut short. Builds the index in the
         memory of the newest version's manifest plus 48 bytes a record; ``progress``
         shows a bar while it hashes the keys. Once upgraded, litstore releases before
-        format 6 refuse the store.
+        format 7 refuse the store.
 
         Raises:
             ConflictError: other writers kept committing first; nothing was committed.

@@ -280,16 +280,16 @@ def test_upgrade_gives_a_format_2_store_its_key_index(tmp_path: Path) -> None:
     assert result == {
         "committed": True,
         "format_before": 2,
-        "format_version": 6,
+        "format_version": 7,
         "version": 2,
         "records": 30,
         "key_runs": 1,
     }
     again = cli("upgrade", root)
-    assert again.stdout.startswith("nothing to do: the store is format 6 and version 2's key index is on disk")
+    assert again.stdout.startswith("nothing to do: the store is format 7 and version 2's key index is on disk")
     assert cli("upgrade", root, "--rebuild", "--no-progress").stdout.startswith("rebuilt the key index: version 3 ")
     store = litstore.open(root)
-    assert store.config.format_version == 6 and store.version.number == 3 and store.version.operation == "upgrade"
+    assert store.config.format_version == 7 and store.version.number == 3 and store.version.operation == "upgrade"
     assert store.at(2).version.message == "index"
     assert store.get_many([record["id"] for record in records]) == records
     assert not store.diff(1, 3)

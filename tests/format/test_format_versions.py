@@ -91,7 +91,7 @@ def _small_history(store: litstore.Store) -> None:
 def test_format_6_lists_by_delta_and_in_full_at_checkpoints(tmp_path: Path) -> None:
     """A format-6 commit writes no split index and only the deletion vectors it wrote, except every
     ``checkpoint_interval`` versions; every version reads as a format-5 store of the same history does."""
-    six = litstore.Store.create(tmp_path / "six", key="id", chunk_bytes=512, checkpoint_interval=4)
+    six = litstore.Store.create(tmp_path / "six", key="id", chunk_bytes=512, checkpoint_interval=4, format_version=6)
     five = litstore.Store.create(tmp_path / "five", key="id", chunk_bytes=512, checkpoint_interval=4, format_version=5)
     _small_history(six)
     _small_history(five)
@@ -114,14 +114,17 @@ def test_format_6_lists_by_delta_and_in_full_at_checkpoints(tmp_path: Path) -> N
     assert litstore.open(tmp_path / "six").verify().ok
 
 
-def test_an_older_litstore_refuses_a_format_6_store_by_its_config(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("format_version", [6, 7])
+def test_an_older_litstore_refuses_a_newer_store_by_its_config(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, format_version: int
 ) -> None:
-    litstore.Store.create(tmp_path / "s", key="id").append([{"id": "a"}])
+    litstore.Store.create(tmp_path / "s", key="id", format_version=format_version).append([{"id": "a"}])
     from litstore.format import models
 
-    monkeypatch.setattr(models, "STORE_FORMAT_VERSION", 5)  # what a format-5 litstore knows
-    with pytest.raises(litstore.IntegrityError, match="store format 6 is newer than this litstore reads"):
+    monkeypatch.setattr(models, "STORE_FORMAT_VERSION", format_version - 1)  # what an older litstore knows
+    with pytest.raises(
+        litstore.IntegrityError, match=f"store format {format_version} is newer than this litstore reads"
+    ):
         litstore.open(tmp_path / "s")
 
 
@@ -133,7 +136,7 @@ def test_a_format_5_store_reads_unchanged_and_upgrades_by_a_switch(tmp_path: Pat
     store = litstore.open(root)
     assert store.config.format_version == 5
     upgraded = store.upgrade()
-    assert litstore.open(root).config.format_version == 6 and upgraded.number == store.version.number
+    assert litstore.open(root).config.format_version == 7 and upgraded.number == store.version.number
     store = litstore.open(root)
     store.upsert([{"id": "k001", "v": 1000}])
     store.delete(["k002"])
@@ -142,3 +145,51 @@ def test_a_format_5_store_reads_unchanged_and_upgrades_by_a_switch(tmp_path: Pat
         assert dict(store.at(number).items()) == records
     assert store["k001"] == {"id": "k001", "v": 1000} and "k002" not in store
     assert store.verify().ok
+
+
+def _dropped_by_listing(store: litstore.Store, number: int) -> set[str]:
+    """The chunks version ``number`` no longer lists of its parent's."""
+
+    def names(at: int) -> set[str]:
+        return {chunk.filename for chunks in store.at(at).chunks().values() for chunk in chunks}
+
+    return names(number - 1) - names(number)
+
+
+@pytest.mark.parametrize("upgraded", [False, True])
+def test_format_7_records_listed_in_full_name_no_dropped_chunks(tmp_path: Path, upgraded: bool) -> None:
+    """A format-7 record listed in full (a compaction, a checkpoint) leaves out the chunks it dropped, and every
+    version reads as a format-6 store of the same history does; one listed by delta still names them (its
+    listing is its parent's with them taken out). A format-6 store becomes format 7 by a switch."""
+    seven_root = tmp_path / "seven"
+    seven = litstore.Store.create(
+        seven_root, key="id", chunk_bytes=512, checkpoint_interval=4, format_version=6 if upgraded else 7
+    )
+    six = litstore.Store.create(tmp_path / "six", key="id", chunk_bytes=512, checkpoint_interval=4, format_version=6)
+    for store in (six, seven):
+        store.append([{"id": f"k{i:03d}", "v": i} for i in range(120)])
+    if upgraded:
+        assert seven.upgrade().number == seven.version.number, "6 -> 7 is the switch alone"
+        seven = litstore.open(seven_root)
+    assert seven.config.format_version == 7
+    for store in (six, seven):
+        store.append([{"id": f"x{i}", "v": i} for i in range(5)])  # a chunk of its own
+        store.delete([f"x{i}" for i in range(5)])  # emptied: dropped by a record listed by delta
+        for round_ in range(6):
+            store.upsert([{"id": f"k{i:03d}", "v": -round_} for i in range(60 + round_, 120, 13)])
+            store.delete([f"k{100 + round_:03d}"])
+            store.append([{"id": f"n{round_}", "v": round_}])
+        store.compact(min_live=1.0)
+    records = {record["number"]: record for record in _records_of(seven_root)}
+    listed_in_full = [n for n, record in records.items() if record.get("indexes") and n > 1]
+    assert any(records[n]["operation"] == "compact" for n in listed_in_full)
+    dropping = [n for n in range(2, len(records)) if _dropped_by_listing(seven, n)]
+    assert {n for n in dropping if n in listed_in_full}, "a record listed in full drops chunks"
+    assert {n for n in dropping if n not in listed_in_full}, "a record listed by delta drops chunks"
+    for number in dropping:
+        named = set(records[number].get("dropped_chunks", []))  # type: ignore[arg-type]
+        assert named == (set() if number in listed_in_full else _dropped_by_listing(seven, number)), number
+    assert any(six.at(number).version.dropped_chunks for number in listed_in_full if number in dropping)
+    for version in six.versions():
+        assert dict(seven.at(version.number).items()) == dict(six.at(version.number).items()), version.number
+    assert litstore.open(seven_root).verify().ok

@@ -166,7 +166,7 @@ def test_a_format_4_store_reads_and_upgrades_to_filtered_runs(tmp_path: Path) ->
     fingerprint = store.version.fingerprint
     upgraded = litstore.open(store.root)
     upgraded.upgrade()
-    assert upgraded.config.format_version == 6 and upgraded.version.fingerprint == fingerprint
+    assert upgraded.config.format_version == 7 and upgraded.version.fingerprint == fingerprint
     assert upgraded.version.operation == "upgrade" and len(upgraded.version.key_runs) == 1
     assert _footer(_run_path(upgraded).read_bytes())[0] == keyrun.FILTERED_MAGIC
     fresh = litstore.open(store.root)

@@ -77,12 +77,12 @@ def test_upgrade_keeps_records_and_history_and_indexes_every_key(tmp_path: Path)
     assert version.fingerprint == before.fingerprint and version.counts == before.counts
     assert (version.added, version.replaced, version.removed) == (0, 0, 0)
     assert len(version.key_runs) == 1 and version.key_runs[0].entries == before.total
-    assert store.config.format_version == 6
-    assert json.loads((root / layout.CONFIG).read_text())["format_version"] == 6
+    assert store.config.format_version == 7
+    assert json.loads((root / layout.CONFIG).read_text())["format_version"] == 7
     assert not store.diff(before.number, version.number)
 
     reopened = litstore.open(root)
-    assert reopened.config.format_version == 6 and reopened.version == version
+    assert reopened.config.format_version == 7 and reopened.version == version
     head = reopened.head().reader
     runs_agree_with_manifest(head, gone=[*_keys(range(50, 70)), "never"])
     fresh = litstore.open(root)
@@ -112,7 +112,7 @@ def test_upgrade_on_any_backend(make_any_store: Callable[..., litstore.Store]) -
     version = store.upgrade()
     assert version.fingerprint == before.fingerprint and len(version.key_runs) == 1
     fresh = reopen(store)
-    assert fresh.config.format_version == 6 and fresh["k0050"] == _record("k0050", 0) and "k0003" not in fresh
+    assert fresh.config.format_version == 7 and fresh["k0050"] == _record("k0050", 0) and "k0003" not in fresh
     runs_agree_with_manifest(fresh.head().reader, gone=["k0003"])
     assert dict(fresh.at(before.number).items()) == dict(fresh.items())
     assert reopen(store).upgrade() == version
@@ -131,7 +131,7 @@ def test_a_format_3_or_4_store_is_switched_and_given_one_filtered_run(tmp_path: 
     assert version.number == before.number + 1 and version.operation == "upgrade"
     assert version.fingerprint == before.fingerprint and len(version.key_runs) == 1
     fresh = litstore.open(store.root)
-    assert fresh.config.format_version == 6 and fresh.head().reader.key_runs().filtered()
+    assert fresh.config.format_version == 7 and fresh.head().reader.key_runs().filtered()
     assert fresh.get_many(_keys(range(50))) == [_record(key, 0) for key in _keys(range(50))]
     assert fresh.upgrade() == version
 
@@ -149,7 +149,7 @@ def test_upgrade_of_a_format_5_store_or_an_empty_one_commits_nothing(tmp_path: P
     native.append([_record(key, 0) for key in _keys(range(10))])
     assert native.upgrade() == native.version and native.version.number == 1
     empty = litstore.Store.create(tmp_path / "b", key="id", format_version=2)
-    assert empty.upgrade().number == 0 and empty.config.format_version == 6
+    assert empty.upgrade().number == 0 and empty.config.format_version == 7
     empty.append([_record("a", 0)])
     assert len(empty.version.key_runs) == 1 and litstore.open(tmp_path / "b")["a"] == _record("a", 0)
 
@@ -166,7 +166,7 @@ def test_an_upgrade_stopped_before_the_switch_leaves_a_working_store(tmp_path: P
     assert stopped.verify().ok
     version = stopped.upgrade()
     assert version == committed, "the head has its index: the upgrade only switches the format"
-    assert litstore.open(root).config.format_version == 6
+    assert litstore.open(root).config.format_version == 7
     runs_agree_with_manifest(litstore.open(root).head().reader)
 
 
@@ -191,7 +191,7 @@ def test_upgrade_of_a_format_1_store(tmp_path: Path) -> None:
     store, versions = _history(root, format_version=1)
     version = store.upgrade()
     fresh = litstore.open(root)
-    assert fresh.config.format_version == 6 and dict(fresh.items()) == versions[version.number - 1]
+    assert fresh.config.format_version == 7 and dict(fresh.items()) == versions[version.number - 1]
     fresh.upsert([_record("k0000", 7)])
     assert litstore.open(root)["k0000"] == _record("k0000", 7)
     runs_agree_with_manifest(litstore.open(root).head().reader)
@@ -305,7 +305,7 @@ def test_an_upgrade_stopped_at_any_storage_call_leaves_a_store_that_upgrades_aga
         stopped.append([_record("after", 0)])
         version = litstore.open(root).upgrade()
         fresh = litstore.open(root)
-        assert fresh.config.format_version == 6 and fresh.version == version
+        assert fresh.config.format_version == 7 and fresh.version == version
         assert fresh["after"] == _record("after", 0) and "k0055" not in fresh
         runs_agree_with_manifest(fresh.head().reader, gone=["k0055"])
 

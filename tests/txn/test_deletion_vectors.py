@@ -90,9 +90,9 @@ def test_a_writer_holding_a_format_3_config_keeps_the_parents_marks(tmp_path: Pa
     root = tmp_path / "s"
     _store(root, format_version=3)
     old_writer = litstore.open(root)  # holds the format-3 config
-    litstore.open(root).upgrade()  # format 3 -> 6: the config switch, then a run with its key filter
+    litstore.open(root).upgrade()  # format 3 -> 7: the config switch, then a run with its key filter
     marking = litstore.open(root)
-    assert marking.config.format_version == 6 and marking.version.number == 2
+    assert marking.config.format_version == 7 and marking.version.number == 2
     marking.delete(["a001", "a100"])
     version = old_writer.delete(["a002"])  # copy-on-write of a002's chunk, on top of the marks
     assert version.dropped_chunks and version.deletions  # a001's or a100's mark stays unless its chunk moved

@@ -44,7 +44,7 @@ def test_an_append_that_loses_to_the_upgrade_commits_on_top_of_it(tmp_path: Path
     assert version.number == upgraded.number + 1 and version.parent == upgraded.number
     assert version.key_runs == (), "a writer holding the format-2 config lists no runs, never its parent's"
     fresh = litstore.open(root)
-    assert fresh.config.format_version == 6 and fresh["late"] == _record("late") and fresh["a100"] == _record("a100")
+    assert fresh.config.format_version == 7 and fresh["late"] == _record("late") and fresh["a100"] == _record("a100")
     assert "a007" not in fresh
     fresh.append([_record("later")])
     assert len(fresh.version.key_runs) == 1 and fresh.version.key_runs[0].entries == fresh.version.total
@@ -126,7 +126,7 @@ def test_an_append_and_an_upgrade_in_two_threads(tmp_path: Path) -> None:
         fresh = litstore.open(root)
         assert [version.operation for version in fresh.versions()].count("upgrade") == 1
         expected = [f"a{i:03d}" for i in range(200) if i != 7] + [f"t{b}-{i}" for b in range(8) for i in range(5)]
-        assert fresh.config.format_version == 6 and sorted(fresh.keys()) == sorted(expected)
+        assert fresh.config.format_version == 7 and sorted(fresh.keys()) == sorted(expected)
         assert fresh.get_many(expected) == [_record(key) for key in expected]
         fresh.append([_record("last")])
         runs_agree_with_manifest(litstore.open(root).head().reader, gone=["a007"])

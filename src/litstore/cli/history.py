@@ -391,19 +391,20 @@ def upgrade(
     storage_option: StorageOpts = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Move a store to format 6: its key index on disk with key filters, deletion vectors, listings by delta.
+    """Move a store to format 7: its key index on disk with key filters, deletion vectors, listings by delta.
 
     A format-1 or 2 store first gets a version with the newest version's records,
     chunks and fingerprint whose commit record lists one key run of every record; then
-    litstore.json is switched to format 6: from then on every commit writes a key run
+    litstore.json is switched to format 7: from then on every commit writes a key run
     with its key filter (a lookup reads a few blocks and pages of the index instead of
     the manifest), an upsert or delete marks the rows it supersedes dead instead of
     copying chunks, and a commit record lists only the chunks and deletion vectors it
-    changes. A format-3 or 4 store is switched, then given one version whose run
-    carries a key filter; a format-5 store is switched alone. Older versions read as
-    they did. Other writers may keep writing meanwhile; it is safe to interrupt and run
-    again. On a format-6 store it does nothing unless the newest version's key runs are
-    missing or cut short, or --rebuild is given. litstore releases before format 6
+    changes (a compaction's record no longer names the chunks it dropped: its listing is
+    whole). A format-3 or 4 store is switched, then given one version whose run carries
+    a key filter; a format-5 or 6 store is switched alone. Older versions read as they
+    did. Other writers may keep writing meanwhile; it is safe to interrupt and run
+    again. On a format-7 store it does nothing unless the newest version's key runs are
+    missing or cut short, or --rebuild is given. litstore releases before format 7
     refuse the store afterwards.
     """
     store = _open(root, endpoint_url, storage_option)

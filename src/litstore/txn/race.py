@@ -141,8 +141,8 @@ def _owner(head: VersionReader, number: int) -> str | None:
 
 
 def catch_up(head: VersionReader) -> tuple[VersionReader, set[Any], set[str], set[str]]:
-    """The newest head, the keys the commits since ``head`` changed, the chunks they dropped, and the chunks
-    they marked rows of dead (format 4: those whose deletion vector a commit wrote anew).
+    """The newest head, the keys the commits since ``head`` changed, the chunks of ``head``'s they dropped, and
+    the chunks they marked rows of dead (format 4: those whose deletion vector a commit wrote anew).
 
     Where ``head`` holds its listing, each record listed by delta (format 6) is applied to
     it as it is read, so the new head holds its listing too: a writer that lost a race does
@@ -157,6 +157,7 @@ def catch_up(head: VersionReader) -> tuple[VersionReader, set[Any], set[str], se
     start = head.version.number
     latest = head.version
     listing = head.built_listing
+    head_chunks: set[str] | None = None
     for number in log.versions_after(head.storage, start):
         record = log.read_record(head.storage, number)
         if isinstance(record, ExpiredVersion):
@@ -169,6 +170,14 @@ def catch_up(head: VersionReader) -> tuple[VersionReader, set[Any], set[str], se
             delta = log.read_manifest_file(head.storage, head.config, record.manifest, delta=True)
             touched.update(query.touched_keys(delta))
         dropped.update(record.dropped_chunks)
+        if record.transaction is not None and not record.listed_by_delta and not record.dropped_chunks:
+            # Listed in full, it names no dropped chunks from format 7 (a writer holding an older config must see
+            # them too): those of the head's it no longer lists are dropped (what a commit touches it took from
+            # the head's listing). Read only when a race is lost to such a record.
+            if head_chunks is None:
+                head_chunks = {chunk.filename for listed in head.chunks().values() for chunk in listed}
+            now = {chunk.filename for listed in log.read_chunks(head.storage, record).values() for chunk in listed}
+            dropped |= head_chunks - now
         if record.transaction is not None:
             own = layout.deletions(record.number, record.transaction)
             marked.update(ref.chunk for ref in record.deletions if ref.path == own)

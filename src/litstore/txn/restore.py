@@ -123,7 +123,7 @@ def _write(
         replaced=len(replaced_keys),
         removed=removed,
         transaction=transaction,
-        dropped_chunks=tuple(sorted(dropped)),
+        dropped_chunks=tuple(sorted(dropped)) if config.names_dropped_chunks_in_full else (),  # (listed in full)
         manifest=manifest_path,
         checkpoint=checkpoint,
         pending_rows=0,

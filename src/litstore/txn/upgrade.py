@@ -1,4 +1,4 @@
-"""Upgrading a store to format 6: its newest version's key index written on disk, then its config switched.
+"""Upgrading a store to format 7: its newest version's key index written on disk, then its config switched.
 
 :func:`upgrade` (what ``Store.upgrade`` and ``litstore upgrade`` do) takes two steps,
 in this order:
@@ -12,7 +12,7 @@ in this order:
    catches up, finds that it touched no key, and commits on top of it; if the upgrade
    loses, it writes the run again for the newest head, or stops if that head has its
    index already (another upgrade won).
-2. **Switch** ``litstore.json``'s ``format_version`` to 5 (:func:`switch_format`): one
+2. **Switch** ``litstore.json``'s ``format_version`` to 7 (:func:`switch_format`): one
    atomic write of the config, nothing else in it changed. A format-3 or 4 store has
    its index already: its upgrade is this switch, after which upserts and deletes
    write deletion vectors, and then one more :class:`~litstore.txn.change.Upgrade`
@@ -69,8 +69,9 @@ if TYPE_CHECKING:
 
 #: The store format an upgrade switches to: every commit writes a key run with a key filter, upserts and
 #: deletes deletion vectors, and commit records list chunks and vectors by delta (format 6: the switch alone,
-#: since a format-6 commit on a version listed in full lists by delta on it).
-FORMAT = 6
+#: since a format-6 commit on a version listed in full lists by delta on it), records listed in full naming no
+#: dropped chunks (format 7: the switch alone).
+FORMAT = 7
 _MAX_ATTEMPTS = 50
 
 
@@ -81,7 +82,7 @@ def upgrade(
     metadata: dict[str, Any] | None = None,
     progress: bool = False,
 ) -> VersionReader:
-    """Make the store of ``head`` a format-5 store whose newest version has its key index (with key filters)
+    """Make the store of ``head`` a store of the newest format whose newest version has its key index (with key filters)
     on disk.
 
     ``head`` should be the newest version (a newer one is caught up with). Nothing is
