@@ -159,17 +159,18 @@ class Store:
                 16M records), so their share of each commit does not grow with it.
             storage_options: for ``s3://`` roots, keyword arguments of boto3's S3
                 client (``endpoint_url``, credentials, ...), also used for streaming.
-            format_version: the store's data format: 6 by default, where each commit
+            format_version: the store's data format: 7 by default, where each commit
                 also writes a key run (the key index on disk, with a key filter) and
                 each chunk a hashes sidecar, so a lookup, ``get_many``, ``in``, an
                 append's key check, a near ``diff``, ``items()`` or ``dataset()`` in a
                 fresh process reads what its answer needs instead of composing the
                 manifest, upserts and deletes mark rows dead in deletion vectors, and
-                commit records list chunks and deletion vectors by delta. 5 lists them
+                commit records list chunks and deletion vectors by delta (and, listed
+                in full, name no dropped chunks). 6 names them there too, 5 lists chunks
                 in full in every commit, 4 writes runs without key filters, 3 copies
                 chunks on change instead, 2 writes no key index: each for litstore
                 releases that know only that format, which refuse a newer store by its
-                config (:meth:`upgrade` moves a store to 6).
+                config (:meth:`upgrade` moves a store to 7).
 
         Raises:
             StoreExistsError: ``root`` already holds a store, or other files.

@@ -3,8 +3,12 @@ the records do not change; the version's key index becomes one run; a compaction
 
 from __future__ import annotations
 
+import importlib
 import random
 from collections.abc import Callable
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -297,3 +301,66 @@ def test_a_full_run_with_a_live_entry_in_a_retired_chunk_is_refused(
     with pytest.raises(litstore.IntegrityError, match="points into chunk"):
         txn_keyruns.write_full_run(head.storage, 99, "0" * 20, empty, head.version.key_runs, True, frozenset([chunk]))
     assert not [name for name in head.storage.names("manifests") if name.startswith("00000099")]
+
+
+_commit_module = importlib.import_module("litstore.txn.commit")
+
+
+def _racing_publish(monkeypatch: pytest.MonkeyPatch, rival: Callable[[], Any]) -> list[Any]:
+    """Make the next commit's first publish run ``rival`` first (its result kept in the list returned)."""
+    real, done, started = _commit_module.publish, [], []
+
+    def racing(*args: Any, **kwargs: Any) -> Any:
+        if not started:
+            started.append(True)  # (the rival's own commits publish through here too)
+            done.append(rival())
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(_commit_module, "publish", racing)
+    return done
+
+
+@pytest.mark.parametrize("format_version", [6, 7])
+def test_an_append_whose_head_gc_expired_rebases_on_the_compaction_that_won(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, format_version: int
+) -> None:
+    """An append touches no chunk: losing to a compaction (format 7: a record naming no dropped chunks) it reads
+    nothing of its head's listing, which gc expired meanwhile, and lands on the compaction (found by review: it
+    read the head's listing and reported the store damaged)."""
+    root = tmp_path / "s"
+    store = litstore.Store.create(root, key="id", chunk_bytes=8192, format_version=format_version)
+    for batch in range(5):
+        store.append([{"id": f"a{batch}-{i}", "v": i} for i in range(20)])
+    writer = litstore.open(root)
+
+    def compact_and_collect() -> Any:
+        compacted = store.compact()
+        store.gc(keep_last=1, dry_run=False, grace=timedelta(0))
+        return compacted
+
+    rival = _racing_publish(monkeypatch, compact_and_collect)
+    version = writer.append([{"id": "new", "v": 1}])
+    assert version.number == rival[0].number + 1
+    assert litstore.open(root)["new"] == {"id": "new", "v": 1} and len(litstore.open(root)) == 101
+
+
+def test_a_format_6_append_whose_head_gc_expired_rebases_on_a_checkpoint(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = tmp_path / "s"
+    store = litstore.Store.create(root, key="id", chunk_bytes=8192, checkpoint_interval=8, format_version=6)
+    for batch in range(6):
+        store.append([{"id": f"a{batch}-{i}", "v": i} for i in range(20)])
+    writer = litstore.open(root)  # at version 6: its append publishes as 7, listed by delta
+
+    def two_appends_and_collect() -> Any:
+        store.append([{"id": "r1"}])  # 7, by delta
+        checkpointed = store.append([{"id": "r2"}])  # 8: listed in full, naming nothing dropped
+        store.gc(keep_last=2, dry_run=False, grace=timedelta(0))  # expires 6, the writer's head
+        return checkpointed
+
+    rival = _racing_publish(monkeypatch, two_appends_and_collect)
+    assert writer.append([{"id": "new"}]).number == rival[0].number + 1
+    assert sorted(litstore.open(root).get_many(["new", "r1", "r2"]), key=str) == sorted(
+        [{"id": "new"}, {"id": "r1"}, {"id": "r2"}], key=str
+    )

@@ -144,7 +144,7 @@ def commit(
                 version, listing, composed = publish(head, current, moves, operation, message, metadata)
             except ConflictError:
                 losses += 1
-                head, touched, dropped, marked = race.catch_up(head)
+                head, touched, dropped, marked = race.catch_up(head, current.touched_chunks)
                 clash = race.clash(head, touched & current.touched_keys())
                 if clash is not None:
                     raise clash from None

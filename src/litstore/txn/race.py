@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import random
+from collections.abc import Set as AbstractSet
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -140,9 +141,17 @@ def _owner(head: VersionReader, number: int) -> str | None:
     return record.transaction or ""
 
 
-def catch_up(head: VersionReader) -> tuple[VersionReader, set[Any], set[str], set[str]]:
-    """The newest head, the keys the commits since ``head`` changed, the chunks of ``head``'s they dropped, and
-    the chunks they marked rows of dead (format 4: those whose deletion vector a commit wrote anew).
+def catch_up(
+    head: VersionReader, touching: AbstractSet[str] = frozenset()
+) -> tuple[VersionReader, set[Any], set[str], set[str]]:
+    """The newest head, the keys the commits since ``head`` changed, the chunks they dropped, and the chunks
+    they marked rows of dead (format 4: those whose deletion vector a commit wrote anew).
+
+    A record listed in full names no dropped chunks from format 7: of such a record, the
+    chunks of ``touching`` (those the caller's commit marks rows of or moves rows out of,
+    all of them its head's) that it no longer lists are given as dropped; its split
+    indexes are read for that only where ``touching`` is not empty (an append touches no
+    chunk, and nothing of the head's listing is read: gc may have expired the head).
 
     Where ``head`` holds its listing, each record listed by delta (format 6) is applied to
     it as it is read, so the new head holds its listing too: a writer that lost a race does
@@ -157,7 +166,6 @@ def catch_up(head: VersionReader) -> tuple[VersionReader, set[Any], set[str], se
     start = head.version.number
     latest = head.version
     listing = head.built_listing
-    head_chunks: set[str] | None = None
     for number in log.versions_after(head.storage, start):
         record = log.read_record(head.storage, number)
         if isinstance(record, ExpiredVersion):
@@ -170,14 +178,10 @@ def catch_up(head: VersionReader) -> tuple[VersionReader, set[Any], set[str], se
             delta = log.read_manifest_file(head.storage, head.config, record.manifest, delta=True)
             touched.update(query.touched_keys(delta))
         dropped.update(record.dropped_chunks)
-        if record.transaction is not None and not record.listed_by_delta and not record.dropped_chunks:
-            # Listed in full, it names no dropped chunks from format 7 (a writer holding an older config must see
-            # them too): those of the head's it no longer lists are dropped (what a commit touches it took from
-            # the head's listing). Read only when a race is lost to such a record.
-            if head_chunks is None:
-                head_chunks = {chunk.filename for listed in head.chunks().values() for chunk in listed}
+        if touching and record.transaction is not None and not record.listed_by_delta and not record.dropped_chunks:
+            # (Whatever the config this writer holds: the store may have been switched to format 7 since.)
             now = {chunk.filename for listed in log.read_chunks(head.storage, record).values() for chunk in listed}
-            dropped |= head_chunks - now
+            dropped |= set(touching) - now
         if record.transaction is not None:
             own = layout.deletions(record.number, record.transaction)
             marked.update(ref.chunk for ref in record.deletions if ref.path == own)

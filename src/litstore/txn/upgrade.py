@@ -82,12 +82,12 @@ def upgrade(
     metadata: dict[str, Any] | None = None,
     progress: bool = False,
 ) -> VersionReader:
-    """Make the store of ``head`` a store of the newest format whose newest version has its key index (with key filters)
-    on disk.
+    """Make the store of ``head`` a store of the newest format (:data:`FORMAT`) whose newest version has its key
+    index (with key filters) on disk.
 
     ``head`` should be the newest version (a newer one is caught up with). Nothing is
-    committed if the store is format 3 or 4 already and its head's runs open, unless
-    ``rebuild``; a store left between the steps by a crash is only switched. Returns
+    committed if the store is format 5 or later already and its head's runs open, unless
+    ``rebuild`` (only the config is switched); a store left between the steps by a crash is only switched. Returns
     the new head, read under the store's config as it is now.
 
     Raises:
