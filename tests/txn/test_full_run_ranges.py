@@ -9,6 +9,7 @@ joined (``concurrent_reads`` above 1, as on S3); a store reaches such cuts only 
 
 from __future__ import annotations
 
+import inspect
 import uuid
 from pathlib import Path
 
@@ -154,7 +155,7 @@ def test_a_large_commit_merges_its_newer_runs_by_ranges_keeping_what_hides_older
     streamed = keyruns._write_merged
 
     def counted(*args: object, **kwargs: object) -> object:
-        calls.append(bool(args[6]))  # oldest
+        calls.append(bool(inspect.signature(streamed).bind(*args, **kwargs).arguments["oldest"]))
         return streamed(*args, **kwargs)  # type: ignore[arg-type]
 
     monkeypatch.setattr(keyruns, "_write_merged", counted)
