@@ -33,9 +33,10 @@ ROWS_PER_CHECKPOINT_VERSION = 1 << 15
 #: longer merge: without it, commits of 10k records at 10^9 left ~370 runs between checkpoints, and a store growing
 #: by more than ``ROWS_PER_CHECKPOINT_VERSION`` records a version (its spacing past its version number: no multiple
 #: ever reached) never checkpointed again, its runs piling up for good. Every run costs each lookup and each
-#: append's key check a footer and a filter block: a store built by appends of 500k keeps 11 unmergeable runs at
-#: 16M records, which made an append of 100 cost 34 ms against 26 ms after a checkpoint; small commits' runs merge
-#: in tiers and stay under ~10 (a binary counter of the commits), so they rarely reach this bound.
+#: append's key check a footer and a filter block: a store built by appends of 500k kept 11 unmergeable runs at
+#: 16M records (4 since a large commit merges up to 8x its run), which made an append of 100 cost 34 ms against
+#: 26 ms after a checkpoint; small commits' runs merge in tiers and stay under ~10 (a binary counter of the
+#: commits), so they rarely reach this bound.
 MAX_KEY_RUNS = 16
 
 

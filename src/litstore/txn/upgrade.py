@@ -55,7 +55,7 @@ from litstore._litdata.index import ChunkInfo
 from litstore.errors import ConflictError, IntegrityError, StorageError
 from litstore.format import layout
 from litstore.format import manifest as manifest_format
-from litstore.format.models import StoreConfig, Version, declared_fields
+from litstore.format.models import STORE_FORMAT_VERSION, StoreConfig, Version, declared_fields
 from litstore.read import chunkhashes, log
 from litstore.storage import Storage
 from litstore.txn import keyruns
@@ -70,8 +70,8 @@ if TYPE_CHECKING:
 #: The store format an upgrade switches to: every commit writes a key run with a key filter, upserts and
 #: deletes deletion vectors, and commit records list chunks and vectors by delta (format 6: the switch alone,
 #: since a format-6 commit on a version listed in full lists by delta on it), records listed in full naming no
-#: dropped chunks (format 7: the switch alone).
-FORMAT = 7
+#: dropped chunks (format 7: the switch alone). The newest format this litstore reads.
+FORMAT = STORE_FORMAT_VERSION
 _MAX_ATTEMPTS = 50
 
 
@@ -87,8 +87,8 @@ def upgrade(
 
     ``head`` should be the newest version (a newer one is caught up with). Nothing is
     committed if the store is format 5 or later already and its head's runs open, unless
-    ``rebuild`` (only the config is switched); a store left between the steps by a crash is only switched. Returns
-    the new head, read under the store's config as it is now.
+    ``rebuild`` (only the config is switched); a store left between the steps by a crash
+    is only switched. Returns the new head, read under the store's config as it is now.
 
     Raises:
         ConflictError: other writers kept committing first; the config is unchanged
