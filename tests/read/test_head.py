@@ -54,7 +54,7 @@ def _extend(store: litstore.Store, until: int) -> None:
             update={"number": number, "parent": number - 1, "transaction": None, "manifest": None}
             | {"indexes": {}, "fragments": ()}
         )
-        assert race.put_commit_record(reader, Version.model_validate(copy.model_dump()))
+        assert race.put_commit_record(reader, Version.model_validate(copy.model_dump()), [])
 
 
 def _hint(storage: Storage, data: bytes) -> None:

@@ -152,6 +152,11 @@ class Storage(ABC):
     def put_if_absent(self, path: str, data: bytes) -> bool:
         """Create the file unless it exists; ``False`` if it did. Atomic: of racing callers one wins."""
 
+    def sync(self, paths: Sequence[str]) -> None:  # noqa: B027 (deliberately no-op, not abstract)
+        """Make the files ``paths`` and their names durable: what a commit record names must outlive a power
+        loss once the record does. A file that is gone is skipped. Nothing to do by default: an object
+        store's finished PUT is durable."""
+
     @abstractmethod
     def exists(self, path: str) -> bool:
         """Whether the file exists (a directory is not a file)."""

@@ -228,6 +228,9 @@ class BranchStorage(Storage):
     def put_if_absent(self, path: str, data: bytes) -> bool:
         return self.root.put_if_absent(self._map(path), data)
 
+    def sync(self, paths: Sequence[str]) -> None:
+        self.root.sync([self._map(path) for path in paths])
+
     def exists(self, path: str) -> bool:
         return self.root.exists(self._map(path))
 

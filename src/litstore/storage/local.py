@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import itertools
 import mmap
 import os
 import re
@@ -333,7 +334,36 @@ class LocalStorage(Storage):
         finally:
             with contextlib.suppress(OSError):  # never hides the error above (it may never have been created)
                 temporary.unlink(missing_ok=True)
+        try:
+            _sync_directory(target.parent)  # the new name itself: a record created is a record kept
+        except OSError as exc:
+            raise StorageError(f"created {path!r} in {self.root}, but cannot make its name durable: {exc}") from exc
         return True
+
+    def sync(self, paths: Sequence[str]) -> None:
+        """``fsync`` each file, then each directory between it and the root (new names live in directories:
+        ``fragments/<transaction>`` is itself new in ``fragments``). Links are not followed."""
+        directories: set[Path] = set()
+        for path in paths:
+            target = self._full(path)
+            try:
+                descriptor = os.open(target, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+            except FileNotFoundError:
+                continue
+            except OSError as exc:
+                raise StorageError(f"cannot open {path!r} in {self.root} to make it durable: {exc}") from exc
+            try:
+                os.fsync(descriptor)
+            except OSError as exc:
+                raise StorageError(f"cannot make {path!r} in {self.root} durable: {exc}") from exc
+            finally:
+                os.close(descriptor)
+            directories.update(itertools.takewhile(lambda parent: parent != self.root, target.parents))
+        for directory in sorted(directories, key=lambda found: len(found.parts), reverse=True):
+            try:
+                _sync_directory(directory)
+            except OSError as exc:
+                raise StorageError(f"cannot make directory {directory} durable: {exc}") from exc
 
     def _make_parents(self, path: str, target: Path) -> None:
         try:
@@ -464,6 +494,17 @@ def _rmtree(top: Path) -> None:
         shutil.rmtree(top, onexc=gone_is_fine)
     else:
         shutil.rmtree(top, onerror=gone_is_fine)
+
+
+def _sync_directory(directory: Path) -> None:
+    """``fsync`` a directory, where the platform can (POSIX); its entries are then durable."""
+    if not hasattr(os, "O_DIRECTORY"):
+        return
+    descriptor = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
 
 
 def _read_mapped(descriptor: int, size: int, spans: Sequence[tuple[int, int]]) -> list[bytes | memoryview]:

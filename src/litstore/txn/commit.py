@@ -298,7 +298,7 @@ def publish(
     except BaseException:
         _remove(head.storage, written)  # no record names them (a damaged file met, a failed write, ^C)
         raise
-    if not race.put_commit_record(head, version):
+    if not race.put_commit_record(head, version, written):
         _remove(head.storage, written)
         raise ConflictError(f"version {version.number} was committed by another writer first")
     return version, listing, _composer(head, delta, full)

@@ -49,7 +49,7 @@ def commit_fields(
         every = {**declared, **new}
         version, written = _write(head, addition.plan(head), every, message, metadata)
         # UncertainCommitError propagates with the files kept: the record may name them.
-        if put_commit_record(head, version):
+        if put_commit_record(head, version, written):
             return head.successor(version, head.chunks(), head.built_index)
         for path in written:
             head.storage.delete(path)

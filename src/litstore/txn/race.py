@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import random
+from collections.abc import Sequence
 from collections.abc import Set as AbstractSet
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -62,8 +63,12 @@ def copy_indexes(parent: VersionReader, number: int, transaction: str) -> dict[s
     return indexes
 
 
-def put_commit_record(head: VersionReader, version: Version) -> bool:
+def put_commit_record(head: VersionReader, version: Version, written: Sequence[str]) -> bool:
     """Create ``version``'s commit record; whether it is ours now (``False``: another writer's is).
+
+    The files this attempt ``written`` (and the record names) are made durable first
+    (:meth:`~litstore.storage.Storage.sync`; the chunks of a staged fragment were when it was
+    staged): a record that outlives a power loss never names a file that did not.
 
     A PUT can succeed on the server while its response is lost: the client retries
     and is told the record exists, or gives up with an error. Either way the record
@@ -75,6 +80,7 @@ def put_commit_record(head: VersionReader, version: Version) -> bool:
             tell whether it landed; the caller must not remove anything the record names.
         VersionNotFoundError: the record's branch was deleted meanwhile (the record was removed again).
     """
+    head.storage.sync(written)
     if _created(head, version):
         branched.confirm_commit(head.storage, version.number)  # a branch deleted meanwhile: undone, raised
         _write_hint(head, version.number)

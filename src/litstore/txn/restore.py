@@ -59,7 +59,7 @@ def commit_restore(
         if (head.version.fingerprint, head.version.counts) == (target.version.fingerprint, target.version.counts):
             return head
         version, written = _write(head, target, message, metadata)
-        if put_commit_record(head, version):  # UncertainCommitError propagates with the files kept
+        if put_commit_record(head, version, written):  # UncertainCommitError propagates with the files kept
             return head.successor(version, target.chunks())
         for path in written:
             try:

@@ -106,7 +106,9 @@ def stage(
     Each run's records are written per split in key-hash order; chunks are about
     ``chunk_bytes`` (default: the store's) each; a format-3 store also gets each chunk's
     hashes sidecar beside it (:mod:`litstore.format.chunkhashes`). Every chunk is read back before this
-    returns: every record must sit, intact, exactly once where the rows say. If the
+    returns: every record must sit, intact, exactly once where the rows say; and made durable
+    (:meth:`~litstore.storage.Storage.sync`), so that a commit in another process (ingest's
+    workers stage, the caller commits) names nothing a power loss could take. If the
     stream raises (bad input found late), the partial fragment is removed. With
     ``fingerprinted=False`` the fragment's fingerprint is left at zero instead of
     hashing every (key, content hash) pair: for records moved between chunks, which
@@ -173,6 +175,8 @@ def write_fragment(
                 _write_hashes(directory, prefix, chunks, rows)
         if not any(chunks.values()):
             storage.delete_tree(prefix)  # nothing staged: no files to lease, commit or collect
+        else:  # durable before any commit record names them, whichever process commits the fragment
+            storage.sync(_fragment_files(chunks, config.writes_key_runs))
     except BaseException:
         storage.delete_tree(prefix)
         raise
@@ -182,6 +186,12 @@ def write_fragment(
     # _locate lays the splits out in name order, each split's runs in the order they came.
     placed = [positions for split in sorted(chunks) for name, positions in streams.taken_from if name == split]
     return fragment, np.concatenate(placed) if placed else np.empty(0, dtype=np.intp)
+
+
+def _fragment_files(chunks: dict[str, tuple[ChunkInfo, ...]], sidecars: bool) -> list[str]:
+    """The paths of a fragment's chunk files, and (``sidecars``) of their hashes sidecars."""
+    paths = [chunk.filename for listed in chunks.values() for chunk in listed]
+    return paths + [layout.chunk_hashes(path) for path in paths] if sidecars else paths
 
 
 class _SplitStreams:

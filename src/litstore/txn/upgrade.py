@@ -151,7 +151,7 @@ def commit_index(
         manifest = head.manifest()
         version, written = _write(head, manifest, message, metadata, progress)
         # UncertainCommitError propagates with the files kept: the record may name them.
-        if put_commit_record(head, version):
+        if put_commit_record(head, version, written):
             return head.successor(version, head.chunks(), head.built_index, functools.partial(_same, manifest))
         for path in written:
             with contextlib.suppress(StorageError):  # an unreferenced file: gc removes it
