@@ -193,3 +193,26 @@ def test_format_7_records_listed_in_full_name_no_dropped_chunks(tmp_path: Path, 
     for version in six.versions():
         assert dict(seven.at(version.number).items()) == dict(six.at(version.number).items()), version.number
     assert litstore.open(seven_root).verify().ok
+
+
+def test_a_writer_holding_the_format_6_config_across_an_upgrade_and_compaction_rebases(tmp_path: Path) -> None:
+    """A handle opened before the 6 -> 7 switch still holds the format-6 config: a rival's format-7 compaction,
+    listed in full, names none of the chunks it dropped, among them the one the stale handle marks a row of.
+    Its delete must see that the chunk is gone (derived from the record, whatever the handle's format) and plan
+    again on the compacted chunks: committed once, every record the rival left still there."""
+    root = tmp_path / "store"
+    stale = litstore.Store.create(root, key="id", chunk_bytes=512, format_version=6)
+    stale.append([{"id": f"k{i:03d}", "v": i} for i in range(120)])
+    stale.delete([f"k{i:03d}" for i in range(0, 120, 3)])  # chunks with dead rows: a compaction rewrites them
+    rival = litstore.open(root)
+    rival.upgrade()
+    rival = litstore.open(root)
+    rival.compact(min_live=1.0)
+    compacted = rival.version
+    assert compacted.operation == "compact" and not compacted.dropped_chunks
+    assert stale.config.format_version == 6
+    assert stale.delete(["k001"]).number == compacted.number + 1
+    fresh = litstore.open(root)
+    assert "k001" not in fresh and len(fresh) == 79
+    assert dict(fresh.items()) == {key: value for key, value in rival.items() if key != "k001"}
+    assert fresh.verify().ok

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -130,3 +131,41 @@ def test_sync_skips_files_that_are_gone_and_refuses_links(tmp_path: Path) -> Non
     os.symlink(tmp_path / "fragments/t1/a.bin", tmp_path / "fragments/t1/link.bin")
     with pytest.raises(StorageError, match=r"link\.bin"):
         storage.sync(["fragments/t1/link.bin"])
+
+
+def test_gc_makes_what_kept_versions_read_durable_before_it_removes_anything(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """gc checkpoints a kept version whose chain runs through expiring ones, and tombstones those: both must
+    outlive a power loss that the removal of the files they replace outlives."""
+    store = litstore.Store.create(tmp_path / "store", key="id", checkpoint_interval=50)
+    for round_ in range(5):
+        store.append(_records(round_ * 40, 40))
+        store.upsert(_records(round_ * 40, 5, label=round_))
+    written: list[str] = []
+    synced: set[str] = set()
+    early: list[str] = []
+    write, sync, delete = LocalStorage.write, LocalStorage.sync, LocalStorage.delete
+
+    def recording_write(self: LocalStorage, path: str, data: bytes) -> None:
+        write(self, path, data)
+        if path.startswith(("manifests/", "versions/")) and ".expiring/" not in path:  # (not gc's own marks)
+            written.append(path)
+
+    def recording_sync(self: LocalStorage, paths: Any) -> None:
+        sync(self, paths)
+        synced.update(paths)
+
+    def checked_delete(self: LocalStorage, path: str) -> None:
+        if ".expiring/" not in path:
+            early.extend(found for found in written if found not in synced)
+        delete(self, path)
+
+    monkeypatch.setattr(LocalStorage, "write", recording_write)
+    monkeypatch.setattr(LocalStorage, "sync", recording_sync)
+    monkeypatch.setattr(LocalStorage, "delete", checked_delete)
+    report = store.gc(keep_last=1, dry_run=False, grace=timedelta(0))
+    assert report.expired_versions and report.removed_files
+    assert any(path.startswith("manifests/") for path in written), "gc wrote no checkpoint: nothing was tested"
+    assert early == []
+    assert len(store.at(store.version.number).keys()) == 200

@@ -128,6 +128,7 @@ def switch_format(storage: Any) -> StoreConfig:
         return config
     upgraded = StoreConfig.model_validate({**config.model_dump(), "format_version": FORMAT})
     storage.write(layout.CONFIG, upgraded.model_dump_json(indent=1).encode())
+    storage.sync([layout.CONFIG])  # the versions committed under the new format must never meet the old config
     return upgraded
 
 
