@@ -435,14 +435,14 @@ def section_get_many(base: Path, args: argparse.Namespace) -> list[Figure]:
     reader = litstore.open(root)
     rng = np.random.default_rng(SEED + 3)
     keys = [f"id-{int(i):08d}" for i in rng.choice(args.n, size=GET_MANY_KEYS, replace=args.n < GET_MANY_KEYS)]
-    first, got = timed(lambda: reader.get_many(keys))  # builds the key index
+    first, got = timed(lambda: reader.get_many(keys))  # reads the key runs' pages (kept for the next)
     if [record["id"] for record in got] != keys:
         raise AssertionError("get_many returned the wrong records")
     del got
     runs = [timed(lambda: reader.get_many(keys))[0] for _ in range(GET_MANY_REPEATS)]
     wall, cpu = float(np.median([t.wall for t in runs])), float(np.median([t.cpu for t in runs]))
     rate = GET_MANY_KEYS / wall
-    print(f"get_many: first call {first.wall:.3f} s (builds the key index); warm median {wall * 1e3:.2f} ms")
+    print(f"get_many: first call {first.wall:.3f} s (reads the key runs' pages); warm median {wall * 1e3:.2f} ms")
     return [
         Figure(
             "get_many keys/s",

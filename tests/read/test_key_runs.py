@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -357,3 +358,20 @@ def entries_for(entries: np.ndarray, keys: list[str]) -> list[int]:
     """The chunk id of each key's entry in ``entries``."""
     by_print = {entry["keyprint"].tobytes(): int(entry["chunk"]) for entry in entries}
     return [by_print[hashing.keyprint(key)] for key in keys]
+
+
+def test_a_get_many_keeps_the_pages_it_read_for_the_next(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A get_many of keys spread over more than 256 pages of a run (a bulk read until now, not kept) keeps them:
+    the same keys again read and check no page of the run, and every record still comes back checked."""
+    store = litstore.Store.create(tmp_path / "s", key="id")
+    store.append(pa.table({"id": [f"k{i:06d}" for i in range(80_000)], "v": list(range(80_000))}))
+    reader = litstore.open(store.root).head().reader
+    keys = [f"k{i:06d}" for i in range(0, 80_000, 37)]
+    assert [record["v"] for record in reader.get_many(keys)] == list(range(0, 80_000, 37))
+    assert len(reader.key_runs()._runs[0]._pages) > 256, "the keys spread over more pages than a read used to keep"
+    checked: list[int] = []
+    for name in ("check_pages", "check_pages_within"):
+        check = getattr(keyrun, name)
+        monkeypatch.setattr(keyrun, name, lambda *args, _check=check: checked.append(len(args[2])) or _check(*args))
+    assert [record["v"] for record in reader.get_many(keys)] == list(range(0, 80_000, 37))
+    assert checked == []

@@ -302,14 +302,14 @@ def test_an_overlong_path_gives_a_storage_error(tmp_path: Path) -> None:
     spans=st.one_of(
         st.lists(st.tuples(st.integers(0, 7000), st.integers(0, 2500)), max_size=10),  # read one call each
         st.lists(st.tuples(st.integers(0, 7000), st.integers(0, 300)), min_size=65, max_size=128),  # grouped
-        st.lists(st.tuples(st.integers(0, 7000), st.integers(0, 300)), min_size=129, max_size=300),  # mapped
+        st.lists(st.tuples(st.integers(0, 7000), st.integers(0, 300)), min_size=129, max_size=300),  # many
     ),
 )
 def test_read_ranges_read_together_are_each_span_of_the_file(
     tmp_path: Path, size: int, spans: list[tuple[int, int]]
 ) -> None:
-    """Spans a KiB apart share one read, many spans are copied out of a mapping: overlapping, side by side,
-    out of order, empty or past the end, each view is exactly its slice of the file."""
+    """Spans a KiB apart share one read: overlapping, side by side, out of order, empty or past the end,
+    each view is exactly its slice of the file."""
     data = bytes(range(256)) * (size // 256) + bytes(size % 256)
     storage = LocalStorage(tmp_path)
     storage.write("f", data)
@@ -322,18 +322,5 @@ def test_a_negative_offset_is_a_storage_error(root: Path) -> None:
     storage.write("f", b"0123456789")
     with pytest.raises(StorageError, match="cannot read 'f'"):
         storage.read_ranges("f", [(2, 4), (-3, 1)])
-    with pytest.raises(StorageError, match="cannot read 'f'"):  # many spans: not taken from the end of a mapping
+    with pytest.raises(StorageError, match="cannot read 'f'"):  # many spans, read together
         storage.read_ranges("f", [(2, 4)] * 200 + [(-3, 1)])
-
-
-@pytest.mark.skipif(not Path("/proc/self/maps").exists(), reason="needs /proc/self/maps")
-def test_many_spans_leave_no_mapping_behind(root: Path) -> None:
-    """The mapping that many spans are copied from is closed before the call returns: the process holds
-    none of the file's pages afterwards (a get_many across a large store would otherwise keep them)."""
-    storage = LocalStorage(root)
-    data = bytes(range(256)) * 4096
-    storage.write("mapped-file", data)
-    spans = [(start, start + 100) for start in range(0, len(data) - 100, 1000)]
-    assert len(spans) > 128
-    assert storage.read_ranges("mapped-file", spans) == [data[start:end] for start, end in spans]
-    assert "mapped-file" not in Path("/proc/self/maps").read_text()

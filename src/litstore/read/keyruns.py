@@ -40,10 +40,14 @@ from litstore.storage import MissingFileError, Storage
 
 #: What :meth:`KeyRuns.find_many` says of each key.
 ABSENT, LIVE, DELETED = 0, 1, 2
-#: Pages read (not sliced from a mapping) kept in memory per run (48 MiB of pages as litstore writes them).
-#: Up to this many pages missing at once are read rather than sliced from a local run's mapping.
+#: Pages (or filter blocks) asked for at once past which a read is a bulk one: a filter is read as one
+#: range, a range of pages in blocks of this many where reads are round trips.
 _READ_PAGES = 256
+#: Checked pages kept in memory per run (48 MiB of pages as litstore writes them), the oldest let go first.
+#: A read of more than :data:`_KEPT_PAGES` at once (a merge, a large append's check) is not kept; up to it
+#: (a get_many of 10,000 keys in a run of 1M entries reads ~3,600), so the next call reads none again.
 _CACHED_PAGES = 4096
+_KEPT_PAGES = _CACHED_PAGES // 2
 #: A filter's blocks are read as one range when at least one in this many of the range is wanted.
 _DENSE = 16
 #: Filter blocks kept in memory per run (4 MiB of 64-byte blocks).
@@ -239,7 +243,7 @@ class RunReader:
             # resident while the run is open (a 500k-key append touching 6,500 pages of a 2M-entry run
             # kept all of its 96 MB resident; a run of 100M entries is 4.8 GB).
             data = self._read(spans)
-            kept = len(missing) <= _READ_PAGES  # many (a merge, a large append's check) are not cached
+            kept = len(missing) <= _KEPT_PAGES  # a bulk read (a merge, a large append's check) is not kept
             if windowed and self._tail is None and self._windows is not None:
                 checked = keyrun.check_pages_within(
                     self._ref.path, footer, missing, data, self._windows.bounds(missing)

@@ -40,13 +40,6 @@ _GAP = 1024
 #: Up to this many spans are read one call each: grouping them by array operations costs a lookup's few
 #: reads more than the calls it saves (0.2-1 ms a fresh lookup, measured).
 _FEW_SPANS = 64
-#: More spans than this of a file no larger than :data:`_MAPPED_FILE_BYTES` are copied out of a mapping
-#: made for the call and closed before it returns: a page-cache copy without a system call each (a
-#: get_many of 10,000 keys of 200,000 1 KiB records read its chunks' items in 30 ms by ``pread``, 16 mapped).
-_MAPPED_SPANS = 128
-#: A larger file is read by ``pread`` however many spans: the kernel maps a large folio (up to 2 MiB)
-#: at each fault, so sparse spans of a big key run would map much of it into the process at once.
-_MAPPED_FILE_BYTES = 128 * 2**20
 
 
 class LocalStorage(Storage):
@@ -133,9 +126,7 @@ class LocalStorage(Storage):
         return bytes(self.read_ranges(path, [(start, end)])[0])
 
     def read_ranges(self, path: str, spans: Sequence[tuple[int, int]]) -> list[bytes | memoryview]:
-        """Each span of the file, opened (and checked) once, read by ``pread``, or copied out of a mapping
-        made for the call where more than :data:`_MAPPED_SPANS` spans of a file up to
-        :data:`_MAPPED_FILE_BYTES` are asked for.
+        """Each span of the file, opened (and checked) once, read by ``pread``.
 
         Spans less than :data:`_GAP` apart are read by one call (the bytes between them are
         read and held while the views of that read live). A get_many of 10,000 keys of a
@@ -150,17 +141,15 @@ class LocalStorage(Storage):
         """
         if len(spans) <= _FEW_SPANS:
             return self._read_each(path, spans)
-        descriptor, size = self._descriptor(path)
+        descriptor, _ = self._descriptor(path)
         try:
-            if len(spans) > _MAPPED_SPANS and 0 < size <= _MAPPED_FILE_BYTES and min(spans)[0] >= 0:
-                return _read_mapped(descriptor, size, spans)
-            return self._read_grouped(path, descriptor, spans)
+            return self._read_grouped(descriptor, spans)
         except OSError as exc:
             raise StorageError(f"cannot read {path!r} in {self.root}: {exc}") from exc
         finally:
             os.close(descriptor)
 
-    def _read_grouped(self, path: str, descriptor: int, spans: Sequence[tuple[int, int]]) -> list[bytes | memoryview]:
+    def _read_grouped(self, descriptor: int, spans: Sequence[tuple[int, int]]) -> list[bytes | memoryview]:
         """:meth:`read_ranges` by ``pread``, spans closer than :data:`_GAP` read by one call."""
         views: list[bytes | memoryview] = [b""] * len(spans)
         bounds = np.array(spans, dtype=np.int64).reshape(len(spans), 2)
@@ -505,14 +494,6 @@ def _sync_directory(directory: Path) -> None:
         os.fsync(descriptor)
     finally:
         os.close(descriptor)
-
-
-def _read_mapped(descriptor: int, size: int, spans: Sequence[tuple[int, int]]) -> list[bytes | memoryview]:
-    """:meth:`LocalStorage.read_ranges` of many spans of a file of ``size`` bytes: each copied out of a mapping
-    closed before returning, so the process holds none of the file's pages afterwards; spans past the end
-    are cut short, as ``pread`` cuts them."""
-    with mmap.mmap(descriptor, size, access=mmap.ACCESS_READ) as mapping:
-        return [mapping[start:end] if end > start else b"" for start, end in spans]
 
 
 def _pread(descriptor: int, size: int, offset: int) -> bytes:
