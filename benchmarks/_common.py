@@ -90,3 +90,12 @@ def print_markdown(header: Sequence[str], rows: Sequence[Sequence[str]]) -> None
     """A GitHub markdown table (pipes in cells escaped), ready to paste into the README."""
     for cells in (header, ["---"] * len(header), *rows):
         print("| " + " | ".join(str(cell).replace("|", "\\|") for cell in cells) + " |")
+
+
+def kept_litstore(size_dir: Path) -> str:
+    """The name (``litstore-<format>``) of the newest-format litstore store ``bench_scale.py --keep`` left in
+    ``size_dir`` (``n<N>-32``): the scripts that reuse kept stores follow the format bench_scale builds."""
+    kinds = [path.name for path in size_dir.glob("litstore-*") if path.name.removeprefix("litstore-").isdigit()]
+    if not kinds:
+        raise SystemExit(f"no litstore store in {size_dir}: build one with bench_scale.py --keep")
+    return max(kinds, key=lambda name: int(name.removeprefix("litstore-")))

@@ -9,8 +9,9 @@ A commit writes a full manifest checkpoint and one key run of every record every
 ``checkpoint_interval`` (64) versions, spaced further in a large store (512 at 16M records:
 ``litstore.txn.checkpoint.checkpoint_spacing``), so a stream of small appends pays O(store)
 once every so many commits (``bench_small_writes.py`` measures the stream). Each
-size's kept store (``n<N>-32/litstore-6``) is copied once beside it (``--work``, default
-``DIR/checkpoint-work``) with ``checkpoint_interval`` set to 1 in the copy's config (and the spacing held at it), so
+size's kept store (``n<N>-32/litstore-<format>``, the newest format kept) is copied once
+beside it (``--work``, default ``DIR/checkpoint-work``) with ``checkpoint_interval`` set to 1 in
+the copy's config (and the spacing held at it), so
 every append of 100 records there writes a checkpoint (a full manifest and key run: about 1.4 GB at
 16M records, kept, so the copy is removed after its size is measured). Each round appends in a fresh
 process (imports before the clock) and prints the seconds and the peak resident memory.
@@ -28,6 +29,8 @@ import subprocess
 import sys
 import uuid
 from pathlib import Path
+
+from _common import kept_litstore
 
 HERE = Path(__file__).resolve().parent
 PROBE = r"""
@@ -84,7 +87,7 @@ def main() -> None:
     print("| records | tree | seconds (median) | each round | peak MiB |")
     print("| --- | --- | --- | --- | --- |")
     for n in args.n:
-        root = prepare(args.kept / f"n{n}-32" / "litstore-6", work / f"n{n}")
+        root = prepare(args.kept / f"n{n}-32" / kept_litstore(args.kept / f"n{n}-32"), work / f"n{n}")
         runs: dict[str, list[dict[str, float]]] = {name: [] for name in sources}
         for round_number in range(args.rounds):
             for name, source in sources.items():

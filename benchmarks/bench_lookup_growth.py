@@ -25,8 +25,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+from _common import kept_litstore
+
 HERE = Path(__file__).resolve().parent
-KINDS = ("litstore-6", "lance")
 
 
 def slope(sizes: list[int], seconds: list[float]) -> float:
@@ -57,21 +58,22 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=15)
     args = parser.parse_args()
     rng = random.Random(3)
-    times: dict[tuple[str, int], list[float]] = {(kind, n): [] for kind in KINDS for n in args.n}
+    kinds = (kept_litstore(args.stores / f"n{args.n[0]}-32"), "lance")
+    times: dict[tuple[str, int], list[float]] = {(kind, n): [] for kind in kinds for n in args.n}
     for number in range(args.rounds):
         for n in args.n:
             key = f"rec-{rng.randrange(n):09d}"
-            for kind in KINDS if number % 2 == 0 else KINDS[::-1]:
+            for kind in kinds if number % 2 == 0 else kinds[::-1]:
                 times[kind, n].append(lookup(args.stores, kind, n, key))
     print(f"open + first lookup, {args.rounds} fresh processes each, sizes {[f'{n:,}' for n in args.n]}")
-    for kind in KINDS:
+    for kind in kinds:
         fastest = [min(times[kind, n]) for n in args.n]
         medians = [statistics.median(times[kind, n]) for n in args.n]
         print(
             f"{kind:>10}: fastest {[round(t * 1e3, 2) for t in fastest]} ms, k {slope(args.n, fastest):.2f}; "
             f"median {[round(t * 1e3, 2) for t in medians]} ms, k {slope(args.n, medians):.2f}"
         )
-    ratios = [statistics.median(times[KINDS[0], n]) / statistics.median(times[KINDS[1], n]) for n in args.n]
+    ratios = [statistics.median(times[kinds[0], n]) / statistics.median(times[kinds[1], n]) for n in args.n]
     print("litstore / Lance (medians):", [round(ratio, 2) for ratio in ratios])
 
 

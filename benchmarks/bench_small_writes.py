@@ -7,8 +7,8 @@ Run it with::
 
 The per-figure append of ``bench_scale.py`` keeps the fastest of a few rounds, so it never
 meets the commit that writes a manifest checkpoint (O(store)); a user appending all day
-pays it every so many commits. Here each size's kept store (``n<N>-32/litstore-6``) is
-copied (``--work``, default ``DIR/small-writes-work``), one process makes ``--appends``
+pays it every so many commits. Here each size's kept store (``n<N>-32/litstore-<format>``,
+the newest format kept) is copied (``--work``, default ``DIR/small-writes-work``), one process makes ``--appends``
 appends of 100 records to the copy, one after another, timing each (its median, its
 slowest, their sum: the amortized cost), and then, each in a fresh process on the store
 they left (imports before the clock, best of 3): ``sql("SELECT count(*) ...")`` (the
@@ -28,6 +28,8 @@ import subprocess
 import sys
 from pathlib import Path
 from typing import Any
+
+from _common import kept_litstore
 
 HERE = Path(__file__).resolve().parent
 APPENDS = r"""
@@ -106,7 +108,7 @@ def main() -> None:
     header = ("N", "tree", "median", "slowest", "sum", "ckpts", "version", "peak", "sql", "lookup")
     print(" ".join(f"{name:>{width}}" for name, width in zip(header, (12, 8, 9, 10, 8, 5, 7, 8, 9, 8), strict=True)))
     for n in args.n:
-        kept = args.dir / f"n{n}-32" / "litstore-6"
+        kept = args.dir / f"n{n}-32" / kept_litstore(args.dir / f"n{n}-32")
         for name, source in trees:
             row = measure(source, kept, work / f"{name}-{n}", args.appends)
             print(
