@@ -31,7 +31,9 @@ HERE = Path(__file__).resolve().parent
 
 
 def slope(sizes: list[int], seconds: list[float]) -> float:
-    """k of seconds ~ size^k, least squares in log-log."""
+    """k of seconds ~ size^k, least squares in log-log (``nan`` with fewer than two sizes)."""
+    if len(set(sizes)) < 2:
+        return math.nan
     xs, ys = [math.log(n) for n in sizes], [math.log(s) for s in seconds]
     mean_x, mean_y = statistics.fmean(xs), statistics.fmean(ys)
     return sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys, strict=True)) / sum((x - mean_x) ** 2 for x in xs)
