@@ -92,6 +92,9 @@ def _check_history(
         assert reader.built_manifest is None, "a lookup through key runs composes no manifest"
         assert [reader.find(key) for key in asked] == expected
         assert sorted(reader.existing_keys(asked)) == sorted(model)
+        held = reader.existing_keys(asked)  # an append's batch comes as an Arrow column: hashed a column at a time
+        assert reader.existing_keys(pa.array(asked)) == held
+        assert reader.existing_keys(pa.chunked_array([asked[:3], asked[3:]], pa.large_string())) == held
         assert _manifest_reader(reader).get_many(asked, default=None) == expected
     return model
 
@@ -375,3 +378,19 @@ def test_a_get_many_keeps_the_pages_it_read_for_the_next(tmp_path: Path, monkeyp
         monkeypatch.setattr(keyrun, name, lambda *args, _check=check: checked.append(len(args[2])) or _check(*args))
     assert [record["v"] for record in reader.get_many(keys)] == list(range(0, 80_000, 37))
     assert checked == []
+
+
+def test_existing_keys_of_an_arrow_column_of_int_keys_agree_with_a_list(tmp_path: Path) -> None:
+    """Integer keys as an int64 column are hashed a column at a time (as their 8 bytes); any other Arrow type
+    is looked up key by key: both find exactly the keys the store holds, in the order asked."""
+    store = litstore.Store.create(tmp_path / "s", key="id", key_type="int")
+    store.append([{"id": key, "v": key} for key in range(-500, 1500, 3)])
+    store.delete([-500, 1, 4])
+    reader = litstore.open(store.root).head().reader
+    asked = [4, 1, -497, 7, 2**62, 0, 1498, 10, -500, 1499]
+    expected = [key for key in asked if key in range(-497, 1500, 3) and key not in (1, 4)]
+    assert reader.existing_keys(asked) == expected
+    assert reader.existing_keys(pa.array(asked, pa.int64())) == expected
+    assert reader.existing_keys(pa.array([key for key in asked if abs(key) < 2**31], pa.int32())) == [
+        key for key in expected if abs(key) < 2**31
+    ]

@@ -428,8 +428,15 @@ class VersionReader:
         if hashes is None:
             hashes = np.fromiter(map(xxhash.xxh3_64_intdigest, identities), dtype=np.uint64, count=count)
         prints = np.frombuffer(b"".join(map(xxhash.xxh3_128_digest, identities)), dtype="V16")
+        status, names, entries = self._find(hashes, prints)
+        if valid is not None:
+            status[~valid] = keyruns.ABSENT
+        return status, names, entries
+
+    def _find(self, hashes: np.ndarray, prints: np.ndarray) -> tuple[np.ndarray, list[str], np.ndarray]:
+        """:meth:`_locate` of keys given by their key hashes and keyprints."""
         try:
-            status, names, entries = self.key_runs().find_many(hashes, prints)
+            return self.key_runs().find_many(hashes, prints)
         except IntegrityError as exc:
             record = log.read_record(self._storage, self._version.number)
             if isinstance(record, ExpiredVersion):  # gc expired it under this handle, and removed its files
@@ -443,9 +450,6 @@ class VersionReader:
                 "newest version again with its index written anew from its manifest; store.verify() checks the "
                 "records"
             ) from exc
-        if valid is not None:
-            status[~valid] = keyruns.ABSENT
-        return status, names, entries
 
     def indexed_rows(self, keys: pa.Array) -> pa.Table:
         """The rows (``key``, ``content_hash``, ``split``) of those of ``keys`` this version holds, from its key runs.
@@ -632,6 +636,16 @@ class VersionReader:
         one vectorised search.
         """
         if self._reads_runs():
+            if isinstance(keys, (pa.Array, pa.ChunkedArray)) and self._is_key_column(keys):
+                # An append's batch: hashed a column at a time, only the keys found made Python objects
+                # (500k new keys against a 500k-entry run: 0.35 -> 0.2 s, most of it the list and the prints).
+                if not self._version.key_runs or not len(keys):
+                    return []
+                hashes = hashing.key_hash_array(keys) if hashes is None else hashes
+                prints = np.ascontiguousarray(hashing.keyprint_rows(keys)).view("V16").reshape(-1)
+                status, _, _ = self._find(hashes, prints)
+                live = np.flatnonzero(status == keyruns.LIVE)
+                return keys.take(pa.array(live, pa.int64())).to_pylist() if len(live) else []
             listed = keys.to_pylist() if isinstance(keys, (pa.Array, pa.ChunkedArray)) else list(keys)
             status, _, _ = self._locate(listed, hashes)
             return [listed[i] for i in np.flatnonzero(status == keyruns.LIVE).tolist()]
@@ -646,6 +660,14 @@ class VersionReader:
             listed = keys if isinstance(keys, list) else list(keys)
             candidates = [listed[i] for i in hits]
         return [key for key in candidates if self.find(key) is not None]
+
+    def _is_key_column(self, keys: pa.Array | pa.ChunkedArray) -> bool:
+        """Whether ``keys`` is an Arrow column of this store's key type without nulls (hashed as its keys are)."""
+        kind = keys.type
+        typed = pa.types.is_string(kind) or pa.types.is_large_string(kind)
+        if self._config.key_type != "str":
+            typed = pa.types.is_int64(kind)
+        return typed and not keys.null_count
 
     def keys(self) -> list[Key]:
         """Every key of this version, sorted.
