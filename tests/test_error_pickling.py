@@ -71,6 +71,7 @@ EXAMPLES: dict[type[LitstoreError], Callable[[], LitstoreError]] = {
             errors.StorageError,
             errors.MissingFileError,
             errors.UnsafePathError,
+            errors.NotDurableError,
             errors.UncertainCommitError,
         )
     },

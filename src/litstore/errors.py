@@ -29,6 +29,7 @@ built-in type, the error also derives from it, so ``except KeyError`` keeps work
     └── StorageError (OSError)               the storage backend failed
         ├── MissingFileError (FileNotFoundError)  a file the store needs is not there
         ├── UnsafePathError                  a path that would leave the store root, or not a regular file
+        ├── NotDurableError                  a file was created but its fsync failed (a power loss may undo it)
         └── UncertainCommitError             creating a commit record failed; it may exist all the same
 
 Batch errors carry the offending positions and keys in ``.culprits`` and name the
@@ -316,6 +317,10 @@ class MissingFileError(StorageError, FileNotFoundError):
 
 class UnsafePathError(StorageError):
     """A path is not a plain relative path inside the store root, leads out of it, or is not a regular file."""
+
+
+class NotDurableError(StorageError):
+    """A file was created but could not be made durable (its fsync failed): it may be gone after a power loss."""
 
 
 class UncertainCommitError(StorageError):

@@ -111,7 +111,7 @@ class Tags(Mapping[str, int]):
             raise TagError(
                 f"tag {name!r} already names version {current.version}; pass move=True to point it at {number}"
             )
-        storage.write(layout.tag(name), data)
+        storage.write(layout.tag(name), data, durable=True)  # (a torn tag would hide the version it named)
         self._outlive_gc(tag, current)
         return tag
 
@@ -138,7 +138,7 @@ class Tags(Mapping[str, int]):
         if replaced is None:
             storage.delete(layout.tag(tag.name))
         else:
-            storage.write(layout.tag(tag.name), replaced.model_dump_json(indent=1).encode())
+            storage.write(layout.tag(tag.name), replaced.model_dump_json(indent=1).encode(), durable=True)
         if isinstance(record, Version):
             raise ConflictError(
                 f"gc is expiring version {tag.version} (or a gc was killed while doing so; the next gc clears "

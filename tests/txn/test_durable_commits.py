@@ -147,10 +147,12 @@ def test_gc_makes_what_kept_versions_read_durable_before_it_removes_anything(
     early: list[str] = []
     write, sync, delete = LocalStorage.write, LocalStorage.sync, LocalStorage.delete
 
-    def recording_write(self: LocalStorage, path: str, data: bytes) -> None:
-        write(self, path, data)
+    def recording_write(self: LocalStorage, path: str, data: bytes, *, durable: bool = False) -> None:
+        write(self, path, data, durable=durable)
         if path.startswith(("manifests/", "versions/")) and ".expiring/" not in path:  # (not gc's own marks)
             written.append(path)
+            if durable:
+                synced.add(path)
 
     def recording_sync(self: LocalStorage, paths: Any) -> None:
         sync(self, paths)

@@ -148,13 +148,13 @@ class _LeasingOnMark:
         self._inner = inner
         self.marked: list[str] = []
 
-    def write(self, path: str, data: bytes) -> None:
+    def write(self, path: str, data: bytes, *, durable: bool = False) -> None:
         name = path.rsplit("/", 1)[-1]
         if layout.is_doomed_mark(name):
             fragment = path.split("/")[1]
             leases.take(self._inner, fragment, layout.new_transaction(), 3600)  # the rival commit, first
             self.marked.append(fragment)
-        self._inner.write(path, data)
+        self._inner.write(path, data, durable=durable)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
@@ -217,9 +217,9 @@ class _RecordingWrites:
         self._inner = inner
         self.written: list[str] = []
 
-    def write(self, path: str, data: bytes) -> None:
+    def write(self, path: str, data: bytes, *, durable: bool = False) -> None:
         self.written.append(path)
-        self._inner.write(path, data)
+        self._inner.write(path, data, durable=durable)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)

@@ -85,9 +85,9 @@ class KillingStorage:
         if number == self._kill_at and phase == self._when:
             os.kill(os.getpid(), signal.SIGKILL)
 
-    def write(self, path: str, data: bytes) -> None:
+    def write(self, path: str, data: bytes, *, durable: bool = False) -> None:
         number = self._before("write", path)
-        self._inner.write(path, data)
+        self._inner.write(path, data, durable=durable)
         self._kill(number, "after")
 
     def overwrite(self, path: str, data: bytes) -> None:

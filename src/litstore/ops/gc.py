@@ -203,7 +203,6 @@ def collect(
     elsewhere = _other_lines_need(storage, foreign, chunks_matter)
     written: list[int] = []
     marked: list[int] = []
-    durable: list[str] = []  # the files this gc wrote that kept versions rely on once it removes files
     try:
         if not dry_run:
             while True:
@@ -211,14 +210,15 @@ def collect(
                     if version.number not in written:
                         _write_checkpoint(storage, config, version)
                         written.append(version.number)
-                        assert version.transaction is not None  # (checkpointed: it has a manifest)
-                        durable.append(layout.manifest_checkpoint(version.number, version.transaction))
                 needing = {version.number for version in _needing_listings(storage, versions, kept)}
                 for version, composed in _in_order(storage, versions) if needing else ():
                     if version.number in needing and composed is not None:
                         assert version.transaction is not None  # (listed by delta)
-                        durable.append(layout.listing(version.number, version.transaction))
-                        storage.write(durable[-1], as_listing(version.number, composed).model_dump_json().encode())
+                        storage.write(
+                            layout.listing(version.number, version.transaction),
+                            as_listing(version.number, composed).model_dump_json().encode(),
+                            durable=True,  # readers of the version take it as soon as it is there
+                        )
                 expiring = [version.number for version in versions if version.number not in kept]
                 for number in expiring:
                     if number not in marked:
@@ -255,11 +255,9 @@ def collect(
             expired_at = datetime.fromtimestamp(now, UTC)
             for version in sorted(expired, key=lambda version: -version.number):
                 tombstone = ExpiredVersion(number=version.number, expired_at=expired_at)
-                storage.write(layout.version_record(version.number), tombstone.model_dump_json().encode())
-                durable.append(layout.version_record(version.number))
-            # What kept versions now read instead of the files about to go (checkpoints, listings), and the
-            # tombstones: durable before any removal is (a power loss must not keep the one without the other).
-            storage.sync(durable)
+                # Durable before the files only expired versions need are removed (checkpoints and listings
+                # that kept versions read instead were durable before they were there).
+                storage.write(layout.version_record(version.number), tombstone.model_dump_json().encode(), durable=True)
             removed = _remove(storage, doomed, collector, None if break_leases else now, progress)
     finally:
         for number in marked:

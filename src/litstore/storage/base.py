@@ -139,8 +139,13 @@ class Storage(ABC):
         return [self.read_range(path, start, end) for start, end in spans]
 
     @abstractmethod
-    def write(self, path: str, data: bytes) -> None:
-        """Create or replace the file atomically: readers see the old bytes or the new ones."""
+    def write(self, path: str, data: bytes, *, durable: bool = False) -> None:
+        """Create or replace the file atomically: readers see the old bytes or the new ones.
+
+        ``durable``: the new bytes are durable before any reader can see them (locally
+        fsync'd before the rename, then the directory): for a file readers use as soon as it
+        is there (a tombstone, a checkpoint gc writes, a moved tag, the config). An object
+        store's PUT is durable as it returns."""
 
     def overwrite(self, path: str, data: bytes) -> None:
         """Create or overwrite the file, without :meth:`write`'s atomicity: a reader may see the old bytes,
@@ -245,13 +250,13 @@ class Storage(ABC):
         yield io.BytesIO(self.read(path))
 
     @contextmanager
-    def writing(self, path: str) -> Iterator[BinaryIO]:
+    def writing(self, path: str, *, durable: bool = False) -> Iterator[BinaryIO]:
         """A file (open for reading and writing, empty) whose bytes become ``path`` when the block ends.
 
         For files too large to hold as bytes (a checkpoint or key run of a store of a
         hundred million records): written as they are made, then published whole, as
-        :meth:`write` publishes. By default spooled through a local temporary file and
-        handed to :meth:`write_file`; if the block raises, nothing is published.
+        :meth:`write` publishes (``durable`` as there). By default spooled through a local
+        temporary file and handed to :meth:`write_file`; if the block raises, nothing is published.
         """
         check_path(path)
         with tempfile.TemporaryDirectory(prefix="litstore-spool-") as directory:

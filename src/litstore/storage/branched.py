@@ -219,8 +219,8 @@ class BranchStorage(Storage):
     def read_ranges(self, path: str, spans: Sequence[tuple[int, int]]) -> Sequence[bytes | memoryview]:
         return self.root.read_ranges(self._map(path), spans)
 
-    def write(self, path: str, data: bytes) -> None:
-        self.root.write(self._map(path), data)
+    def write(self, path: str, data: bytes, *, durable: bool = False) -> None:
+        self.root.write(self._map(path), data, durable=durable)
 
     def overwrite(self, path: str, data: bytes) -> None:
         self.root.overwrite(self._map(path), data)
@@ -279,8 +279,8 @@ class BranchStorage(Storage):
             yield handle
 
     @contextmanager
-    def writing(self, path: str) -> Iterator[BinaryIO]:
-        with self.root.writing(self._map(path)) as handle:
+    def writing(self, path: str, *, durable: bool = False) -> Iterator[BinaryIO]:
+        with self.root.writing(self._map(path), durable=durable) as handle:
             yield handle
 
 

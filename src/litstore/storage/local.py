@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import itertools
 import mmap
 import os
 import re
@@ -28,7 +27,7 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
-from litstore.errors import MissingFileError, StorageError, UnsafePathError
+from litstore.errors import MissingFileError, NotDurableError, StorageError, UnsafePathError
 from litstore.storage.base import FileInfo, LocalInput, Storage, check_path
 
 # The temporary file a write renames into place: ``.tmp-<32 hex>-<name>``.
@@ -221,7 +220,7 @@ class LocalStorage(Storage):
             except OSError as exc:
                 raise StorageError(f"cannot read {path!r} in {self.root}: {exc}") from exc
 
-    def write(self, path: str, data: bytes) -> None:
+    def write(self, path: str, data: bytes, *, durable: bool = False) -> None:
         target = self._full(path)
         temporary = _temporary_beside(target)
         try:
@@ -232,7 +231,12 @@ class LocalStorage(Storage):
                 handle = open(temporary, "wb")
             with handle:
                 handle.write(data)
+                if durable:
+                    handle.flush()
+                    os.fsync(handle.fileno())
             os.replace(temporary, target)
+            if durable:
+                _sync_directory(target.parent)
         except OSError as exc:
             with contextlib.suppress(OSError):  # it may never have been created (no directory to hold it)
                 temporary.unlink(missing_ok=True)
@@ -244,8 +248,9 @@ class LocalStorage(Storage):
             yield handle
 
     @contextmanager
-    def writing(self, path: str) -> Iterator[BinaryIO]:
-        """A temporary file beside the target, renamed onto it when the block ends (removed if it raises)."""
+    def writing(self, path: str, *, durable: bool = False) -> Iterator[BinaryIO]:
+        """A temporary file beside the target, renamed onto it when the block ends (removed if it raises);
+        ``durable``: fsync'd before the rename, and its directory after."""
         target = self._full(path)
         temporary = _temporary_beside(target)
         try:
@@ -259,7 +264,12 @@ class LocalStorage(Storage):
         try:
             with handle:
                 yield handle
+                if durable:
+                    handle.flush()
+                    os.fsync(handle.fileno())
             os.replace(temporary, target)
+            if durable:
+                _sync_directory(target.parent)
         except StorageError:
             raise  # the block's own (a file it read is missing): as it was, not as a failed write
         except OSError as exc:
@@ -326,12 +336,12 @@ class LocalStorage(Storage):
         try:
             _sync_directory(target.parent)  # the new name itself: a record created is a record kept
         except OSError as exc:
-            raise StorageError(f"created {path!r} in {self.root}, but cannot make its name durable: {exc}") from exc
+            raise NotDurableError(f"created {path!r} in {self.root}, but cannot make its name durable: {exc}") from exc
         return True
 
     def sync(self, paths: Sequence[str]) -> None:
-        """``fsync`` each file, then each directory between it and the root (new names live in directories:
-        ``fragments/<transaction>`` is itself new in ``fragments``). Links are not followed."""
+        """``fsync`` each file, then the directory that names it; the directories between it and the root were
+        named durably when this storage created them (:func:`_make_directories`). Links are not followed."""
         directories: set[Path] = set()
         for path in paths:
             target = self._full(path)
@@ -347,8 +357,8 @@ class LocalStorage(Storage):
                 raise StorageError(f"cannot make {path!r} in {self.root} durable: {exc}") from exc
             finally:
                 os.close(descriptor)
-            directories.update(itertools.takewhile(lambda parent: parent != self.root, target.parents))
-        for directory in sorted(directories, key=lambda found: len(found.parts), reverse=True):
+            directories.add(target.parent)
+        for directory in sorted(directories):
             try:
                 _sync_directory(directory)
             except OSError as exc:
@@ -356,7 +366,7 @@ class LocalStorage(Storage):
 
     def _make_parents(self, path: str, target: Path) -> None:
         try:
-            target.parent.mkdir(parents=True, exist_ok=True)
+            _make_directories(target.parent)
         except OSError as exc:
             raise StorageError(f"cannot create the directory of {path!r} in {self.root}: {exc}") from exc
         self._full(path)  # a directory swapped for a link while we created it is refused
@@ -463,7 +473,7 @@ class LocalStorage(Storage):
         """Locally the files are written in place: the directory is ``prefix`` itself."""
         target = self._full(prefix)
         try:
-            target.mkdir(parents=True, exist_ok=True)
+            _make_directories(target)
         except OSError as exc:
             raise StorageError(f"cannot create directory {prefix!r} in {self.root}: {exc}") from exc
         self._full(prefix)
@@ -486,14 +496,40 @@ def _rmtree(top: Path) -> None:
 
 
 def _sync_directory(directory: Path) -> None:
-    """``fsync`` a directory, where the platform can (POSIX); its entries are then durable."""
+    """``fsync`` a directory, where the platform can (POSIX); its entries are then durable.
+
+    A file system that cannot fsync a directory (EINVAL or EBADF, as some network and
+    shared-folder mounts answer) is taken as it is, as PostgreSQL takes it: refusing every
+    write there would help nobody, and its files are still fsync'd."""
     if not hasattr(os, "O_DIRECTORY"):
         return
     descriptor = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
         os.fsync(descriptor)
+    except OSError as exc:
+        if exc.errno not in (errno.EINVAL, errno.EBADF):
+            raise
     finally:
         os.close(descriptor)
+
+
+def _make_directories(directory: Path) -> None:
+    """``mkdir -p directory``, each directory it creates named durably in its parent (fsync of the parent), so a
+    file later synced there is reachable after a power loss: ``versions/`` made by create, ``fragments/<id>/``
+    by a stage, ``branches/<name>/versions/`` by a branch's first commit."""
+    missing: list[Path] = []
+    step = directory
+    while not step.is_dir():
+        missing.append(step)
+        step = step.parent
+    for created in reversed(missing):
+        try:
+            created.mkdir()
+        except FileExistsError:
+            if not created.is_dir():
+                raise
+            # Another writer made it meanwhile and may not have synced its name yet: sync it here too.
+        _sync_directory(created.parent)
 
 
 def _pread(descriptor: int, size: int, offset: int) -> bytes:

@@ -50,7 +50,7 @@ class MemoryStorage(Storage):
     def read_range(self, path: str, start: int, end: int) -> bytes:
         return self.read(path)[start : max(start, end)]
 
-    def write(self, path: str, data: bytes) -> None:
+    def write(self, path: str, data: bytes, *, durable: bool = False) -> None:
         check_path(path)
         with _LOCK:
             self._files[path] = (bytes(data), time.time())

@@ -253,7 +253,7 @@ class ObjectStorage(Storage):
         self.bytes_read += sum(len(part) for part in results)
         return results
 
-    def write(self, path: str, data: bytes) -> None:
+    def write(self, path: str, data: bytes, *, durable: bool = False) -> None:  # (a PUT is durable)
         import obstore
 
         key = self._key(path)

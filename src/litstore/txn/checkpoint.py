@@ -84,7 +84,8 @@ def write_checkpoint(head: VersionReader, delta: pa.Table, path: str) -> int:
 
 def write_version_checkpoint(storage: Storage, config: StoreConfig, version: Version, path: str) -> int:
     """Write at ``path`` the manifest of the committed ``version`` (what gc writes where it cuts a chain); the
-    rows written. Streamed as a commit's is: a row group at a time, in bounded memory at any size.
+    rows written. Streamed as a commit's is: a row group at a time, in bounded memory at any size; durable
+    before it is there (readers of ``version`` take it at once).
 
     Raises:
         VersionNotFoundError: a version of the chain was expired (by another gc).
@@ -92,13 +93,16 @@ def write_version_checkpoint(storage: Storage, config: StoreConfig, version: Ver
         StorageError: the checkpoint cannot be written.
     """
     try:
-        return _write_checkpoint(storage, config, version, None, path)
+        return _write_checkpoint(storage, config, version, None, path, durable=True)
     except MissingFileError:
-        return _write_checkpoint(storage, config, version, None, path)
+        return _write_checkpoint(storage, config, version, None, path, durable=True)
 
 
-def _write_checkpoint(storage: Storage, config: StoreConfig, top: Version, delta: pa.Table | None, path: str) -> int:
-    """Stream ``top``'s manifest, with ``delta`` applied on it where given, to ``path``."""
+def _write_checkpoint(
+    storage: Storage, config: StoreConfig, top: Version, delta: pa.Table | None, path: str, durable: bool = False
+) -> int:
+    """Stream ``top``'s manifest, with ``delta`` applied on it where given, to ``path`` (``durable``: readers of
+    ``top`` use it as soon as it is there, so it is durable first; a commit's is synced before its record)."""
     fields = declared_fields(config, top)
     pending: list[str] = []
     base: str | None = None
@@ -112,5 +116,5 @@ def _write_checkpoint(storage: Storage, config: StoreConfig, top: Version, delta
     deltas += [log.read_manifest_row_groups(storage, config, name, True, fields, hashed) for name in pending]
     checkpoint = None if base is None else log.read_manifest_row_groups(storage, config, base, False, fields, hashed)
     parts = manifests.stream_compose(config.key_type, deltas, checkpoint, fields, schema.names)
-    with storage.writing(path) as handle:
+    with storage.writing(path, durable=True) if durable else storage.writing(path) as handle:
         return manifest_format.write_parquet(parts, schema, handle, key_hash=config.stores_key_hash)

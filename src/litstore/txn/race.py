@@ -20,7 +20,14 @@ from typing import TYPE_CHECKING, Any
 
 from litstore import query
 from litstore._litdata.index import index_document
-from litstore.errors import ConflictError, StorageError, UncertainCommitError, VersionNotFoundError, describe
+from litstore.errors import (
+    ConflictError,
+    NotDurableError,
+    StorageError,
+    UncertainCommitError,
+    VersionNotFoundError,
+    describe,
+)
 from litstore.format import layout
 from litstore.format.models import ExpiredVersion, Version
 from litstore.read import listings, log
@@ -106,6 +113,12 @@ def _created(head: VersionReader, version: Version) -> bool:
     try:
         if storage.put_if_absent(path, data):
             return True
+    except NotDurableError as exc:  # created, and readers see it, but a power loss may take it back
+        raise UncertainCommitError(
+            f"the commit record of version {version.number} was created but cannot be made durable: {exc}. "
+            "Readers see the version now; it may be gone after a power loss. Check the disk, then open the store "
+            "again to see"
+        ) from exc
     except StorageError as exc:
         try:
             owner = _owner(head, version.number)

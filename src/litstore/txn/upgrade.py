@@ -127,8 +127,8 @@ def switch_format(storage: Any) -> StoreConfig:
     if config.format_version >= FORMAT:
         return config
     upgraded = StoreConfig.model_validate({**config.model_dump(), "format_version": FORMAT})
-    storage.write(layout.CONFIG, upgraded.model_dump_json(indent=1).encode())
-    storage.sync([layout.CONFIG])  # the versions committed under the new format must never meet the old config
+    # Durable before any version is committed under it: such versions must never meet the old config.
+    storage.write(layout.CONFIG, upgraded.model_dump_json(indent=1).encode(), durable=True)
     return upgraded
 
 
@@ -229,7 +229,9 @@ def _write(
         pending_rows = 0
     indexes = copy_indexes(head, number, transaction)
     written.extend(indexes.values())
-    write_sidecars(storage, [chunk for chunks in head.chunks().values() for chunk in chunks], manifest)
+    # Durable before the record that relies on them; not among ``written``, which a lost race removes: a
+    # sidecar's path is its chunk's, and a rival upgrade's version may rely on the same file.
+    storage.sync(write_sidecars(storage, [chunk for chunks in head.chunks().values() for chunk in chunks], manifest))
     # With its key filter even before the switch to format 5: a format-2 reader ignores key runs, and
     # this litstore reads a filtered run under any format (so the switch needs no second run).
     run = keyruns.full_run(manifest, progress)

@@ -1,0 +1,293 @@
+"""Durable before named, the names themselves: every directory a write creates is named durably in its parent,
+and every file readers take as soon as it is there (a tombstone, gc's checkpoints and listings, a moved tag, the
+config) is durable before it is there; a record created but not made durable is not reported committed.
+
+As in test_durable_commits.py, power loss is not simulated: the tests watch the order of the durable steps on the
+real local storage (``sync``, the directory ``fsync``, ``put_if_absent``, ``write``), recording and delegating.
+A directory's fsync makes durable the entries it holds at that moment, so each directory fsync records the
+names the directory held then; a new name is durable once some fsync of its directory saw it.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import litstore
+from litstore.errors import StorageError
+from litstore.storage import local
+from litstore.storage.local import LocalStorage
+
+
+class _Watch:
+    """What the local storage made durable, in order."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.synced: set[str] = set()  # files fsync'd (sync, or put_if_absent's own fsync)
+        self.named: dict[Path, set[str]] = {}  # directory -> the entries some fsync of it saw
+        self.events: list[tuple[str, str]] = []  # ("write" | "put" | "sync", path) in order
+        self.failures: list[str] = []
+        self.before: set[Path] = set()  # every path that existed when the watched operation began
+
+    def snapshot(self) -> None:
+        self.before = {self.root, *self.root.rglob("*")} if self.root.exists() else set()
+        self.named = {}
+
+    def name_durable(self, path: Path) -> bool:
+        return path.name in self.named.get(path.parent, set())
+
+    def check_chain(self, what: str, relative: str, *, including_root: bool = True) -> None:
+        """Every directory on the way to ``relative`` that the watched operation created must be named durably in
+        its parent (the root's own name in its parent is left to whoever made the root, unless created here)."""
+        path = self.root / relative
+        for directory in [path, *path.parents]:
+            if directory == self.root:
+                break
+            if directory in self.before:
+                continue
+            if directory.parent == self.root and not including_root:
+                continue
+            if not self.name_durable(directory):
+                self.failures.append(f"{what}: {directory.relative_to(self.root)} not named durably in its parent")
+
+
+@pytest.fixture
+def watch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[_Watch]:
+    seen = _Watch(tmp_path / "store")
+    sync, put, write, directory_sync = (
+        LocalStorage.sync,
+        LocalStorage.put_if_absent,
+        LocalStorage.write,
+        local._sync_directory,
+    )
+
+    def recording_directory(directory: Path) -> None:
+        names = set(os.listdir(directory))
+        directory_sync(directory)
+        seen.named.setdefault(Path(directory), set()).update(names)
+
+    def recording_sync(self: LocalStorage, paths: Any) -> None:
+        sync(self, paths)
+        seen.synced.update(paths)
+        seen.events.extend(("sync", path) for path in paths)
+
+    def recording_put(self: LocalStorage, path: str, data: bytes) -> bool:
+        created = put(self, path, data)
+        if created:
+            seen.synced.add(path)
+            seen.events.append(("put", path))
+        return created
+
+    def recording_write(self: LocalStorage, path: str, data: bytes, *, durable: bool = False) -> None:
+        write(self, path, data, durable=durable)
+        # A new inode: whatever was synced under this name before is not this file, unless written durably.
+        (seen.synced.add if durable else seen.synced.discard)(path)
+        seen.events.append(("write", path))
+
+    writing = LocalStorage.writing
+
+    @contextmanager
+    def recording_writing(self: LocalStorage, path: str, *, durable: bool = False) -> Iterator[Any]:
+        with writing(self, path, durable=durable) as handle:
+            yield handle
+        (seen.synced.add if durable else seen.synced.discard)(path)
+        seen.events.append(("write", path))
+
+    monkeypatch.setattr(LocalStorage, "writing", recording_writing)
+    monkeypatch.setattr(local, "_sync_directory", recording_directory)
+    monkeypatch.setattr(LocalStorage, "sync", recording_sync)
+    monkeypatch.setattr(LocalStorage, "put_if_absent", recording_put)
+    monkeypatch.setattr(LocalStorage, "write", recording_write)
+    yield seen
+
+
+def _records(start: int, count: int, label: int = 0) -> list[dict[str, Any]]:
+    return [{"id": f"k{i:05d}", "label": label, "blob": bytes([i % 251]) * 50} for i in range(start, start + count)]
+
+
+def _new_files(seen: _Watch) -> list[str]:
+    return sorted(
+        path.relative_to(seen.root).as_posix()
+        for path in seen.root.rglob("*")
+        if path.is_file() and path not in seen.before and "/.tmp-" not in f"/{path.name}"
+    )
+
+
+# -- the directories a write makes ----------------------
+
+
+def test_create_and_first_append_name_their_top_level_directories_durably(watch: _Watch) -> None:
+    """``versions/`` (made by create), ``fragments/`` (first stage) and ``manifests/`` (first commit) are new
+    names in the root: a power loss that dropped ``versions/`` would leave ``open`` finding no head and writing
+    version 0 again, every commit silently gone. Each is named durably when it is made."""
+    watch.snapshot()
+    store = litstore.Store.create(watch.root, key="id")
+    watch.check_chain("version 0", "versions/00000000.json")
+    watch.snapshot()
+    store.append(_records(0, 50))
+    for path in _new_files(watch):
+        if not path.endswith(".hint") and "/lease-" not in path:
+            watch.check_chain(f"version 1 names {path}", path)
+    assert not watch.failures, "\n".join(watch.failures)
+
+
+# -- branches: the branch record and a branch's first own record --------------------------------------------
+
+
+def test_a_branch_and_its_first_commit_are_named_durably(watch: _Watch) -> None:
+    """A branch record (``branches/<b>/branch.json``) and the branch's first commit
+    (``branches/<b>/versions/``): every directory on the way is named durably in its parent."""
+    store = litstore.Store.create(watch.root, key="id")
+    store.append(_records(0, 50))
+    watch.snapshot()
+    store.branches.create("side")
+    watch.check_chain("branch record", "branches/side/branch.json")
+    side = litstore.open(watch.root, branch="side")
+    watch.snapshot()
+    committed = side.append(_records(100, 10))
+    watch.check_chain("branch's first record", f"branches/side/versions/{committed.number:08d}.json")
+    assert not watch.failures, "\n".join(watch.failures)
+
+
+# -- tags ----------------------------------------------------------------------------------------------------
+
+
+def test_a_tag_is_named_durably(watch: _Watch) -> None:
+    """``tags/<name>.json``, and ``tags`` itself in the root, are named durably."""
+    store = litstore.Store.create(watch.root, key="id")
+    store.append(_records(0, 50))
+    watch.snapshot()
+    store.tag("v1")
+    watch.check_chain("tag", "tags/v1.json")
+    assert not watch.failures, "\n".join(watch.failures)
+
+
+def test_a_moved_tag_is_made_durable(watch: _Watch) -> None:
+    """A moved tag replaces its record: written durably (a torn tag record would hide the version it named)."""
+    store = litstore.Store.create(watch.root, key="id")
+    store.append(_records(0, 50))
+    store.tag("best")
+    store.append(_records(50, 50))
+    store.tag("best", move=True)
+    assert ("write", "tags/best.json") in watch.events
+    assert "tags/best.json" in watch.synced, "the moved tag record was never fsync'd"
+
+
+# -- upgrade ---------------------------------------------------------------------------------------------------
+
+
+def test_upgrade_switch_makes_the_config_rename_durable(watch: _Watch) -> None:
+    """The upgrade's switch of litstore.json is durable, the root that names it included: the old config must
+    never come back under versions committed by the new format."""
+    store = litstore.Store.create(watch.root, key="id", format_version=6)
+    store.append(_records(0, 50))
+    watch.snapshot()
+    watch.named.clear()
+    store.upgrade()
+    assert ("write", "litstore.json") in watch.events
+    # a root fsync after the rename: the directory entry now names the new inode
+    written_at = max(i for i, event in enumerate(watch.events) if event == ("write", "litstore.json"))
+    assert watch.root in watch.named, f"the root was never fsync'd after litstore.json was replaced ({written_at})"
+
+
+def test_upgrade_syncs_the_hashes_sidecars_it_adds_before_its_record(watch: _Watch) -> None:
+    """The hashes sidecars an upgrade adds are synced before its record: a sidecar left empty by a power loss
+    would be an IntegrityError for every stream of every version listing its chunk."""
+    store = litstore.Store.create(watch.root, key="id", format_version=2)
+    store.append(_records(0, 50))
+    store.append(_records(50, 50))
+    watch.snapshot()
+    watch.events.clear()
+    store.upgrade()
+    sidecars = [path for kind, path in watch.events if kind == "write" and path.endswith(".hashes")]
+    assert sidecars, "the upgrade wrote no sidecar: nothing was tested"
+    record = next(path for kind, path in watch.events if kind == "put" and path.startswith("versions/0"))
+    at = watch.events.index(("put", record))
+    synced_before = {path for kind, path in watch.events[:at] if kind == "sync"}
+    assert [path for path in sidecars if path not in synced_before] == []
+
+
+# -- gc: what kept versions read instead is durable before the first tombstone ----------
+
+
+def test_gc_makes_checkpoints_and_listings_durable_before_the_first_tombstone(watch: _Watch) -> None:
+    """A tombstone replaces the record a kept version's chain is read through, so the checkpoints and listings
+    gc writes for kept versions are durable before the first tombstone (and readers take them as soon as they
+    are there); the tombstones are durable too."""
+    store = litstore.Store.create(watch.root, key="id", checkpoint_interval=50)
+    for round_ in range(5):
+        store.append(_records(round_ * 40, 40))
+        store.upsert(_records(round_ * 40, 5, label=round_))
+    watch.events.clear()
+    store.gc(keep_last=1, dry_run=False, grace=timedelta(0))
+    writes = [(i, path) for i, (kind, path) in enumerate(watch.events) if kind == "write"]
+    records = [(i, path) for i, path in writes if path.startswith("versions/") and ".expiring/" not in path]
+    first_tombstone = records[0][0]
+    replacements = sorted({path for i, path in writes if path.startswith("manifests/") and i < first_tombstone})
+    assert any(path.endswith(".checkpoint.parquet") for path in replacements), "gc wrote no checkpoint"
+    assert [path for path in replacements if path not in watch.synced] == []  # (durable writes, before it)
+    assert [path for _, path in records if path not in watch.synced] == []  # the tombstones, durable too
+
+
+# -- a record whose name cannot be made durable --------------------------------------
+
+
+def test_a_commit_whose_record_name_cannot_be_made_durable_is_not_reported_done(
+    watch: _Watch, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The record is linked, then its directory's fsync fails (EIO): the append must not return as if
+    committed (the record reads back as its own, but a power loss may take it)."""
+    store = litstore.Store.create(watch.root, key="id")
+    store.append(_records(0, 50))
+    inner_put, inner_directory = LocalStorage.put_if_absent, local._sync_directory
+    creating: list[str] = []
+
+    def failing_directory(directory: Path) -> None:
+        if creating and creating[-1].startswith("versions/0") and Path(directory).name == "versions":
+            raise OSError(errno.EIO, "Input/output error")
+        inner_directory(directory)
+
+    def marking_put(self: LocalStorage, path: str, data: bytes) -> bool:
+        creating.append(path)
+        try:
+            return inner_put(self, path, data)
+        finally:
+            creating.pop()
+
+    monkeypatch.setattr(local, "_sync_directory", failing_directory)
+    monkeypatch.setattr(LocalStorage, "put_if_absent", marking_put)
+    with pytest.raises(StorageError):  # UncertainCommitError is one
+        store.append(_records(100, 10))
+
+
+# -- a file system that cannot fsync directories ----------------------------
+
+
+def test_a_directory_fsync_the_file_system_does_not_support_is_not_fatal(
+    watch: _Watch, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Some mounts answer EINVAL to fsync of a directory (PostgreSQL's fsync_fname ignores EINVAL/EBADF for
+    directories for that reason): writes still work there, their files still fsync'd."""
+    store = litstore.Store.create(watch.root, key="id")
+    fsync = os.fsync
+    refused: list[int] = []
+
+    def unsupported_on_directories(descriptor: int) -> None:
+        if stat.S_ISDIR(os.fstat(descriptor).st_mode):
+            refused.append(descriptor)
+            raise OSError(errno.EINVAL, "Invalid argument")
+        fsync(descriptor)
+
+    monkeypatch.setattr(os, "fsync", unsupported_on_directories)
+    store.append(_records(0, 10))
+    store.tag("first")
+    assert len(litstore.open(watch.root)) == 10 and refused
