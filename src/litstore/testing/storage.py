@@ -220,6 +220,20 @@ class StorageTests:
         assert storage.read("w/kept.bin") == b"old"
         assert storage.temporary_files("w") == []
 
+    def test_durable_writes_and_sync_keep_the_bytes(self, storage: Storage) -> None:
+        """``durable=True`` (a tombstone, a moved tag) and ``sync`` (what a commit record names) are part of the
+        contract: every backend takes them (an object store's PUT is durable already) and the bytes are there."""
+        storage.write("d/record.json", b"old")
+        storage.write("d/record.json", b"new", durable=True)
+        with storage.writing("d/streamed.bin", durable=True) as handle:
+            handle.write(b"x" * 5000)
+        storage.write("d/deep/named.bin", b"named")
+        storage.sync(["d/deep/named.bin", "d/streamed.bin", "d/gone.bin"])  # a file gone meanwhile is skipped
+        assert storage.read("d/record.json") == b"new"
+        assert storage.read("d/streamed.bin") == b"x" * 5000
+        assert storage.read("d/deep/named.bin") == b"named"
+        assert storage.temporary_files("d") == []
+
     # --- read_range -----------------------------------------------------------------
 
     def test_read_range_inside(self, storage: Storage) -> None:
