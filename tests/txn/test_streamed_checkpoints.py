@@ -142,11 +142,11 @@ def test_a_checkpoint_that_fails_in_its_thread_publishes_nothing(
     real_writing = type(fresh.storage).writing
     threads: list[str] = []
 
-    def failing_writing(self: Any, path: str) -> Any:
+    def failing_writing(self: Any, path: str, **options: Any) -> Any:
         if path.endswith(".checkpoint.parquet"):
             threads.append(threading.current_thread().name)
             raise StorageError(f"cannot write {path!r}: disk full (injected)")
-        return real_writing(self, path)
+        return real_writing(self, path, **options)
 
     monkeypatch.setattr(type(fresh.storage), "writing", failing_writing)
     before = _metadata_files(tmp_path / "s")
