@@ -291,3 +291,25 @@ def test_a_directory_fsync_the_file_system_does_not_support_is_not_fatal(
     store.append(_records(0, 10))
     store.tag("first")
     assert len(litstore.open(watch.root)) == 10 and refused
+
+
+def test_a_parent_directory_this_user_cannot_read_does_not_stop_a_store(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A store root made inside a directory this user may search and write but not read (mode -wx): its new name
+    cannot be fsync'd there (opening the directory is refused), which must not refuse the store."""
+    unreadable = tmp_path / "drop-box"
+    unreadable.mkdir()
+    real_open = os.open
+    refused: list[str] = []
+
+    def no_read_of_the_drop_box(path: Any, flags: int, *args: Any, **kwargs: Any) -> int:
+        if Path(path) == unreadable and flags & os.O_DIRECTORY:
+            refused.append(str(path))
+            raise PermissionError(errno.EACCES, "Permission denied", str(path))
+        return real_open(path, flags, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", no_read_of_the_drop_box)
+    store = litstore.Store.create(unreadable / "store", key="id")
+    store.append(_records(0, 10))
+    assert refused and len(litstore.open(unreadable / "store")) == 10

@@ -499,11 +499,15 @@ def _sync_directory(directory: Path) -> None:
     """``fsync`` a directory, where the platform can (POSIX); its entries are then durable.
 
     A file system that cannot fsync a directory (EINVAL or EBADF, as some network and
-    shared-folder mounts answer) is taken as it is, as PostgreSQL takes it: refusing every
-    write there would help nobody, and its files are still fsync'd."""
+    shared-folder mounts answer), or a directory this user may not open for reading (the
+    existing parent a new store root is made in), is taken as it is, as PostgreSQL takes
+    it: refusing every write there would help nobody, and its files are still fsync'd."""
     if not hasattr(os, "O_DIRECTORY"):
         return
-    descriptor = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        descriptor = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except PermissionError:
+        return
     try:
         os.fsync(descriptor)
     except OSError as exc:
