@@ -25,6 +25,7 @@ import litstore
 from litstore.errors import StorageError
 from litstore.storage import local
 from litstore.storage.local import LocalStorage
+from tests.txn.test_durable_commits import _records
 
 
 class _Watch:
@@ -108,10 +109,6 @@ def watch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[_Watch]:
     monkeypatch.setattr(LocalStorage, "put_if_absent", recording_put)
     monkeypatch.setattr(LocalStorage, "write", recording_write)
     yield seen
-
-
-def _records(start: int, count: int, label: int = 0) -> list[dict[str, Any]]:
-    return [{"id": f"k{i:05d}", "label": label, "blob": bytes([i % 251]) * 50} for i in range(start, start + count)]
 
 
 def _new_files(seen: _Watch) -> list[str]:

@@ -664,8 +664,9 @@ class VersionReader:
     def _is_key_column(self, keys: pa.Array | pa.ChunkedArray) -> bool:
         """Whether ``keys`` is an Arrow column of this store's key type without nulls (hashed as its keys are)."""
         kind = keys.type
-        typed = pa.types.is_string(kind) or pa.types.is_large_string(kind)
-        if self._config.key_type != "str":
+        if self._config.key_type == "str":
+            typed = pa.types.is_string(kind) or pa.types.is_large_string(kind)
+        else:
             typed = pa.types.is_int64(kind)
         return typed and not keys.null_count
 

@@ -232,8 +232,7 @@ class LocalStorage(Storage):
             with handle:
                 handle.write(data)
                 if durable:
-                    handle.flush()
-                    os.fsync(handle.fileno())
+                    _flush_to_disk(handle)
             os.replace(temporary, target)
             if durable:
                 _sync_directory(target.parent)
@@ -265,8 +264,7 @@ class LocalStorage(Storage):
             with handle:
                 yield handle
                 if durable:
-                    handle.flush()
-                    os.fsync(handle.fileno())
+                    _flush_to_disk(handle)
             os.replace(temporary, target)
             if durable:
                 _sync_directory(target.parent)
@@ -323,8 +321,7 @@ class LocalStorage(Storage):
         try:
             with open(temporary, "wb") as handle:
                 handle.write(data)
-                handle.flush()
-                os.fsync(handle.fileno())
+                _flush_to_disk(handle)
             os.link(temporary, target)
         except FileExistsError:
             return False
@@ -344,20 +341,17 @@ class LocalStorage(Storage):
         named durably when this storage created them (:func:`_make_directories`). Links are not followed."""
         directories: set[Path] = set()
         for path in paths:
-            target = self._full(path)
             try:
-                descriptor = os.open(target, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-            except FileNotFoundError:
+                descriptor, _ = self._descriptor(path)  # (a link or a FIFO refused, as reads refuse them)
+            except MissingFileError:
                 continue
-            except OSError as exc:
-                raise StorageError(f"cannot open {path!r} in {self.root} to make it durable: {exc}") from exc
             try:
                 os.fsync(descriptor)
             except OSError as exc:
                 raise StorageError(f"cannot make {path!r} in {self.root} durable: {exc}") from exc
             finally:
                 os.close(descriptor)
-            directories.add(target.parent)
+            directories.add(self._full(path).parent)
         for directory in sorted(directories):
             try:
                 _sync_directory(directory)
@@ -493,6 +487,12 @@ def _rmtree(top: Path) -> None:
         shutil.rmtree(top, onexc=gone_is_fine)
     else:
         shutil.rmtree(top, onerror=gone_is_fine)
+
+
+def _flush_to_disk(handle: BinaryIO) -> None:
+    """Everything written to the open file ``handle`` handed to the kernel, then to the disk (fsync)."""
+    handle.flush()
+    os.fsync(handle.fileno())
 
 
 def _sync_directory(directory: Path) -> None:
