@@ -99,3 +99,20 @@ def kept_litstore(size_dir: Path) -> str:
     if not kinds:
         raise SystemExit(f"no litstore store in {size_dir}: build one with bench_scale.py --keep")
     return max(kinds, key=lambda name: int(name.removeprefix("litstore-")))
+
+
+def compile_litstore() -> None:
+    """Write the bytecode of litstore's modules (and of these scripts), as an installed package has it.
+
+    A package pip installs from PyPI comes compiled; an editable install run under
+    ``PYTHONDONTWRITEBYTECODE`` (containers, CI images) compiles every module again in
+    every fresh process, about 0.2 s that would count against litstore in each probe's
+    imports and, inside the clock, in every fork server an ingest starts.
+    """
+    import compileall
+    import importlib.util
+
+    spec = importlib.util.find_spec("litstore")
+    folders = [*(spec.submodule_search_locations or [] if spec else []), str(Path(__file__).parent)]
+    for folder in folders:
+        compileall.compile_dir(folder, quiet=1)

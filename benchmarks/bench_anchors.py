@@ -70,6 +70,7 @@ import numpy as np
 
 from _common import (
     Timing,
+    compile_litstore,
     dir_bytes,
     mib,
     peak_rss_bytes,
@@ -719,6 +720,7 @@ def main(argv: Sequence[str]) -> int:
     if args.section is not None:
         run_section(args.section, Path(args.base), args)
         return 0
+    compile_litstore()
     import litdata
 
     import litstore

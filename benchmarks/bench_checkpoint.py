@@ -30,7 +30,7 @@ import sys
 import uuid
 from pathlib import Path
 
-from _common import kept_litstore
+from _common import compile_litstore, kept_litstore
 
 HERE = Path(__file__).resolve().parent
 PROBE = r"""
@@ -80,6 +80,7 @@ def main() -> None:
     parser.add_argument("--work", type=Path, default=None, help="where the copies go (default: KEPT/checkpoint-work)")
     parser.add_argument("--compare", type=Path, default=None, help="another litstore checkout, run alternately")
     args = parser.parse_args()
+    compile_litstore()
     work = args.work or args.kept / "checkpoint-work"
     sources = {"this": HERE.parent / "src"}
     if args.compare is not None:

@@ -25,7 +25,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from _common import kept_litstore
+from _common import compile_litstore, kept_litstore
 
 HERE = Path(__file__).resolve().parent
 
@@ -59,6 +59,7 @@ def main() -> None:
     parser.add_argument("--n", type=int, nargs="+", default=[1_000_000, 4_000_000, 16_000_000])
     parser.add_argument("--rounds", type=int, default=15)
     args = parser.parse_args()
+    compile_litstore()
     rng = random.Random(3)
     kinds = (kept_litstore(args.stores / f"n{args.n[0]}-32"), "lance")
     times: dict[tuple[str, int], list[float]] = {(kind, n): [] for kind in kinds for n in args.n}

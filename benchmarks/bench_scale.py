@@ -102,7 +102,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from _common import dir_bytes, print_markdown, workdir
+from _common import compile_litstore, dir_bytes, print_markdown, workdir
 from _scale_probes import (
     BIG_PAYLOAD,
     CHANGED,
@@ -1099,6 +1099,7 @@ def importable(module: str) -> bool:
 
 def main(argv: Sequence[str]) -> int:
     args = parse_args(argv)
+    compile_litstore()
     if args.lance and not importable("lance"):
         args.lance = False
         print("lance cannot be imported: litstore only (pip install 'litstore[bench]')", file=sys.stderr)

@@ -29,7 +29,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from _common import kept_litstore
+from _common import compile_litstore, kept_litstore
 
 HERE = Path(__file__).resolve().parent
 APPENDS = r"""
@@ -103,6 +103,7 @@ def main() -> None:
     parser.add_argument("--compare", type=Path, default=None, help="another litstore checkout, run the same way")
     parser.add_argument("--work", type=Path, default=None, help="where the copies go (default DIR/small-writes-work)")
     args = parser.parse_args()
+    compile_litstore()
     trees = [("this", HERE.parent / "src")] + ([("compare", args.compare / "src")] if args.compare else [])
     work = args.work or args.dir / "small-writes-work"
     header = ("N", "tree", "median", "slowest", "sum", "ckpts", "version", "peak", "sql", "lookup")
