@@ -13,8 +13,9 @@ write failed is left to ``gc`` (nothing references it).
 :func:`read` is a Ray ``Datasource``. The version (a number, tag or ``None`` for the
 head) is resolved to a number once, on the driver, and every read task reads exactly
 that version: its chunks are split into groups of about equal size, one read task
-per group, and every record is checked against the content hash the manifest lists
-before it is handed to Ray (as pyarrow tables; numpy arrays become Ray tensor columns,
+per group, and every record is checked against the content hash its version committed
+(each chunk's hashes sidecar, read by the task; the driver holds O(chunks), not a
+manifest) before it is handed to Ray (as pyarrow tables; numpy arrays become Ray tensor columns,
 media values (``litdata.Image``, ...) stay in their stored form as
 :class:`litstore.Media` objects, which :func:`write` stores as the same bytes and
 ``media.decode()`` decodes),
@@ -64,11 +65,15 @@ except ImportError as exc:  # pragma: no cover - only without the extra
     raise ImportError("litstore.ray needs Ray Data: pip install 'litstore[ray]'") from exc
 
 from litstore import txn
-from litstore.errors import InvalidArgumentError, LitstoreError, SplitError, UncertainCommitError
+from litstore._litdata.index import ChunkInfo
+from litstore.errors import IntegrityError, InvalidArgumentError, LitstoreError, SplitError, UncertainCommitError
 from litstore.format.models import Version, check_message
 from litstore.format.stored_media import encoded_media
+from litstore.read import chunkhashes
+from litstore.read.chunkhashes import ChunkHashes
+from litstore.read.deletions import Deletions
 from litstore.read.keyindex import content_matrix
-from litstore.snapshot import VersionRef
+from litstore.snapshot import Snapshot, VersionRef
 from litstore.store import Store
 from litstore.store import open as open_store
 
@@ -323,12 +328,15 @@ def _records(block: Block) -> pa.Table | list[dict[str, Any]]:
 
 @dataclass(frozen=True)
 class _Piece:
-    """The live rows of one chunk of the pinned version, with the content hash of each."""
+    """Rows of one chunk of the pinned version to read: ``rows`` (in row order) with the committed content hash
+    of each, or (``rows`` is ``None``) every live row of the chunk, checked against its hashes sidecar."""
 
     chunk: str
-    rows: np.ndarray
-    contents: np.ndarray
+    rows: np.ndarray | None
+    contents: np.ndarray | None
     size_bytes: int
+    num_rows: int
+    num_items: int  # the rows of the chunk file, live and dead
 
 
 class _VersionDatasource(Datasource):
@@ -353,11 +361,7 @@ class _VersionDatasource(Datasource):
         self._storage_options = options
         self._number = snapshot.version.number
         self._columns = list(columns) if columns is not None else None
-        manifest = snapshot.manifest()
-        if where is not None:
-            keys = pa.array(snapshot.select(where), manifest.schema.field("key").type)
-            manifest = manifest.filter(pc.is_in(manifest.column("key"), keys))
-        self._pieces = _pieces(manifest, snapshot.chunks(), split)
+        self._pieces = _plan(snapshot, split, where)
 
     def get_name(self) -> str:
         return "LitstoreRead"
@@ -379,7 +383,7 @@ class _VersionDatasource(Datasource):
             if not group:
                 continue
             metadata = BlockMetadata(
-                num_rows=sum(len(piece.rows) for piece in group), size_bytes=size, exec_stats=None, input_files=None
+                num_rows=sum(piece.num_rows for piece in group), size_bytes=size, exec_stats=None, input_files=None
             )
             reader = _GroupReader(self._root, self._storage_options, self._number, self._columns, group)
             tasks.append(ReadTask(reader, metadata, per_task_row_limit=per_task_row_limit))
@@ -398,30 +402,78 @@ class _GroupReader:
 
     def __call__(self) -> Iterator[Block]:
         snapshot = open_store(self.root, storage_options=self.storage_options).at(self.number)
-        cache, check = snapshot.reader.chunk_cache, snapshot.reader.check
+        reader = snapshot.reader
+        cache, check = reader.chunk_cache, reader.check
+        sidecars = ChunkHashes(reader.storage, reader.config, reader.version)
         for piece in self.pieces:
-            for start in range(0, len(piece.rows), _BLOCK_ROWS):
-                rows, expected = piece.rows[start : start + _BLOCK_ROWS], piece.contents[start : start + _BLOCK_ROWS]
+            if piece.rows is None or piece.contents is None:  # every live row, checked against the chunk's sidecar
+                live = reader.deletions.live(piece.chunk, piece.num_items)
+                rows = np.arange(piece.num_items, dtype=np.int64) if live is None else live.astype(np.int64)
+                hashes = np.frombuffer(sidecars.of(piece.chunk, piece.num_items), np.uint8).reshape(-1, 16)
+                contents = hashes[rows]
+            else:
+                rows, contents = piece.rows, piece.contents
+            for start in range(0, len(rows), _BLOCK_ROWS):
+                part, expected = rows[start : start + _BLOCK_ROWS], contents[start : start + _BLOCK_ROWS]
                 with encoded_media():  # media pass through Ray as litstore.Media: written back as their bytes
-                    records = check.records(piece.chunk, rows, cache.payloads(piece.chunk, rows), expected)
+                    records = check.records(piece.chunk, part, cache.payloads(piece.chunk, part), expected)
                 yield _table(records, self.columns)
 
 
-def _pieces(manifest: pa.Table, chunks: dict[str, list[Any]], split: str | None) -> list[_Piece]:
-    """The version's live rows grouped by chunk, each chunk's size pro rata of its rows."""
-    if split is not None:
-        manifest = manifest.filter(pc.equal(manifest.column("split"), split))
-    listed = {chunk.filename: chunk for split_chunks in chunks.values() for chunk in split_chunks}
-    names = np.asarray(manifest.column("chunk").to_numpy(zero_copy_only=False), dtype=object)
-    rows = manifest.column("row").to_numpy()
-    contents = content_matrix(manifest.column("content_hash"))
+def _plan(snapshot: Snapshot, split: str | None, where: str | None) -> list[_Piece]:
+    """What the read tasks of ``snapshot`` (its ``split``, the records matching ``where``) read, chunk by chunk.
+
+    Holds O(chunks), not O(records), where the store allows: a whole version (or split)
+    whose chunks all have hashes sidecars (format 3+) is planned from its chunk list
+    alone, each task reading the sidecars and deletion vectors of its own chunks; a
+    ``where`` subset costs the records it matches, found in the key index on disk. Only
+    a version without those composes its manifest here.
+
+    Raises:
+        IntegrityError: the chunks listed do not hold the version's record counts.
+    """
+    listed = snapshot.chunks()
+    chunks = {chunk.filename: chunk for name in sorted(listed) if split in (None, name) for chunk in listed[name]}
+    reader = snapshot.reader
+    if where is None and snapshot.config.writes_key_runs and chunkhashes.all_present(snapshot.storage, chunks.values()):
+        pieces = [_whole(chunk, reader.deletions) for chunk in chunks.values()]
+        held = sum(piece.num_rows for piece in pieces)
+        counted = sum(count for name, count in snapshot.version.counts.items() if split in (None, name))
+        if held != counted:
+            raise IntegrityError(
+                f"the chunks version {snapshot.version.number} lists hold {held} live records, but the version "
+                f"holds {counted}: its index or deletion vectors are damaged; store.verify() lists what is wrong"
+            )
+        return pieces
+    if where is None:
+        return _pieces(snapshot.manifest(), chunks)
+    keys = snapshot.select(where)
+    found = reader.located(keys)
+    if found is None:  # no key index on disk (format 2): the manifest's rows of those keys
+        manifest = snapshot.manifest()
+        found = manifest.filter(pc.is_in(manifest.column("key"), pa.array(keys, manifest.schema.field("key").type)))
+    return _pieces(found, chunks)
+
+
+def _whole(chunk: ChunkInfo, deletions: Deletions) -> _Piece:
+    """Every live row of ``chunk``, found by the task that reads it; its size pro rata of the live rows."""
+    live = deletions.live_count(chunk.filename, chunk.num_items)
+    return _Piece(chunk.filename, None, None, chunk.num_bytes * live // max(chunk.num_items, 1), live, chunk.num_items)
+
+
+def _pieces(rows: pa.Table, chunks: dict[str, ChunkInfo]) -> list[_Piece]:
+    """The records ``rows`` (``chunk``, ``row``, ``content_hash``) that lie in ``chunks``, grouped by chunk in
+    row order; each chunk's size pro rata of its rows."""
+    names = np.asarray(rows.column("chunk").to_numpy(zero_copy_only=False), dtype=object)
+    numbers = rows.column("row").to_numpy().astype(np.int64)
+    contents = content_matrix(rows.column("content_hash"))
     pieces = []
-    for name in sorted(set(names.tolist())):
+    for name in sorted(set(names.tolist()) & chunks.keys()):
         members = np.flatnonzero(names == name)
-        members = members[np.argsort(rows[members], kind="stable")]
-        info = listed.get(name)
-        size = info.num_bytes * len(members) // max(info.num_items, 1) if info is not None else 0
-        pieces.append(_Piece(name, rows[members].astype(np.int64), contents[members], size))
+        members = members[np.argsort(numbers[members], kind="stable")]
+        info = chunks[name]
+        size = info.num_bytes * len(members) // max(info.num_items, 1)
+        pieces.append(_Piece(name, numbers[members], contents[members], size, len(members), info.num_items))
     return pieces
 
 

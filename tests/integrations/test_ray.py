@@ -21,6 +21,8 @@ ray = pytest.importorskip("ray")
 
 import litstore  # noqa: E402
 import litstore.ray as litstore_ray  # noqa: E402
+import litstore.read.version  # noqa: E402
+from litstore.format import layout  # noqa: E402
 from tests.conftest import tree_state  # noqa: E402
 from tests.txn.test_chunk_hashes import _assert_hashes_match_manifest, _chunk_files, _format3  # noqa: E402
 from tests.txn.test_chunk_hashes import _record as _sidecar_record  # noqa: E402
@@ -206,8 +208,8 @@ def test_read_takes_read_lance_s_arguments(tmp_path: Path) -> None:
 
 
 def test_read_of_a_store_with_holes_in_most_chunks_gives_only_live_records(tmp_path: Path) -> None:
-    """Format 4: superseded and deleted records stay in their chunks as dead rows; the read tasks' rows are the
-    manifest's, so none is read, and each task's row count is what it yields."""
+    """Format 4: superseded and deleted records stay in their chunks as dead rows; each read task takes its
+    chunks' live rows from their deletion vectors, so none is read, and each task's row count is what it yields."""
     store = _store(tmp_path / "store")
     litstore_ray.write(_dataset(count=800), store)
     store.upsert([_record({"id": i}, rev=2) for i in range(0, 800, 5)])
@@ -221,6 +223,52 @@ def test_read_of_a_store_with_holes_in_most_chunks_gives_only_live_records(tmp_p
     assert dataset.count() == len(store) == len(expected)
     assert _by_key(dataset.take_all()) == expected
     assert {row["rev"] for row in dataset.take_all() if int(row["id"][1:]) % 5 == 0} == {2}
+
+
+def test_read_of_a_whole_version_is_planned_from_its_chunks_not_its_manifest(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The driver holds O(chunks): the chunk list and each chunk's live count; each task reads its chunks'
+    hashes sidecars and deletion vectors. No manifest is composed on the driver (the tasks are other processes)."""
+    store = _store(tmp_path / "store")
+    litstore_ray.write(_dataset(count=900), store)
+    store.upsert([_record({"id": i}, rev=3) for i in range(0, 900, 4)])
+    store.delete([f"k{i:05d}" for i in range(2, 900, 9)])
+    expected = {key: _plain(record) for key, record in store.items()}
+
+    def composed(self: object) -> None:
+        raise AssertionError("the driver composed the manifest")
+
+    monkeypatch.setattr(litstore.read.version.VersionReader, "manifest", composed)
+    reopened = litstore.open(tmp_path / "store")
+    assert _by_key(litstore_ray.read(reopened).take_all()) == expected
+    val = _by_key(litstore_ray.read(reopened, split="val").take_all())
+    assert val == {key: record for key, record in expected.items() if SPLITS.assign(key, record) == "val"}
+
+
+def test_read_without_every_sidecar_checks_against_the_manifest(tmp_path: Path) -> None:
+    """A chunk without its hashes sidecar (written before sidecars existed) sends the read through the manifest,
+    whose content hashes still check every record."""
+    store = _store(tmp_path / "store")
+    litstore_ray.write(_dataset(count=300), store)
+    chunk = next(iter(store.chunks().values()))[0]
+    (tmp_path / "store" / layout.chunk_hashes(chunk.filename)).unlink()
+    expected = {key: _plain(record) for key, record in _expected(count=300).items()}
+    assert _by_key(litstore_ray.read(litstore.open(tmp_path / "store")).take_all()) == expected
+
+
+def test_read_refuses_a_damaged_sidecar(tmp_path: Path) -> None:
+    """A sidecar whose hashes were changed is damaged (its checksum): the task that reads it fails, naming the
+    chunk; no record is checked against hashes that are not the committed ones."""
+    store = _store(tmp_path / "store")
+    litstore_ray.write(_dataset(count=300), store)
+    chunk = next(iter(store.chunks().values()))[0]
+    path = tmp_path / "store" / layout.chunk_hashes(chunk.filename)
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    path.write_bytes(bytes(data))
+    with pytest.raises(litstore.IntegrityError, match=chunk.filename):
+        litstore_ray.read(litstore.open(tmp_path / "store")).take_all()
 
 
 def test_read_is_pinned_while_the_store_moves_on(tmp_path: Path) -> None:
