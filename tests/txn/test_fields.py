@@ -1,15 +1,21 @@
-"""``add_fields`` (txn/fields.py) on a format-4 store with holes: the new version keeps its parent's dead rows.
+"""``add_fields`` (txn/fields.py): the new version keeps its parent's dead rows, and its manifest is streamed.
 
-Field values are read from every live record (``items()``); the version committed lists
-the same chunks, so it must list the same deletion vectors too, or every superseded
-and deleted record would be live again in it.
+Field values are read from the live records the parent's manifest rows name, a row group
+at a time (the manifest is never composed whole); the version committed lists the same
+chunks, so it must list the same deletion vectors too, or every superseded and deleted
+record would be live again in it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
+
+import pytest
 
 import litstore
+from litstore.read.version import VersionReader
+from tests.conftest import tree_state
 
 SPLITS = litstore.HashSplit(train=0.5, val=0.5)
 
@@ -42,3 +48,44 @@ def test_add_fields_on_a_format_3_store_copies_nothing(make_store: Callable[...,
     fresh = litstore.open(store.root)
     assert fresh.version.deletions == () and dict(fresh.items()) == before
     assert fresh.verify().ok
+
+
+def test_add_fields_streams_the_manifest_instead_of_composing_it(
+    make_store: Callable[..., litstore.Store], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A chain of a checkpoint and deltas (appends, an upsert, a delete) is streamed into the new checkpoint with
+    the new columns: the whole manifest is never one table, yet every record gets its own value."""
+    store = make_store(key="id", splits=SPLITS, chunk_bytes=2048, checkpoint_interval=4)
+    for start in range(0, 300, 50):
+        store.append([{"id": f"b{i:03d}", "n": i, "tag": f"t{i % 3}"} for i in range(start, start + 50)])
+    store.upsert([{"id": f"b{i:03d}", "n": 1000 + i, "tag": "up"} for i in range(0, 300, 7)])
+    store.delete([f"b{i:03d}" for i in range(1, 300, 11)])
+    expected = {key: (record["n"], record["tag"]) for key, record in store.items()}
+
+    def composed(self: VersionReader) -> None:
+        raise AssertionError("add_fields composed the whole manifest")
+
+    monkeypatch.setattr(VersionReader, "manifest", composed)
+    store.add_fields({"n": int, "tag": str})
+    monkeypatch.undo()
+    fresh = litstore.open(store.root)
+    rows = fresh.sql("SELECT key, n, tag FROM manifest")
+    found = dict(zip(rows["key"].to_pylist(), zip(rows["n"].to_pylist(), rows["tag"].to_pylist()), strict=True))
+    assert found == expected
+    assert fresh.verify().ok
+
+
+def test_add_fields_refuses_a_damaged_record_and_commits_nothing(make_store: Callable[..., litstore.Store]) -> None:
+    """Each record is checked against its row's content hash as its value is read: a damaged item fails the
+    addition, naming it, and the store is left exactly as it was."""
+    store = make_store(key="id", splits=SPLITS, chunk_bytes=2048)
+    store.append([{"id": f"c{i:03d}", "n": i} for i in range(60)])
+    chunk = next(iter(store.chunks().values()))[0]
+    path = Path(store.root) / chunk.filename
+    data = bytearray(path.read_bytes())
+    data[-3] ^= 0xFF  # inside the last record of the chunk
+    path.write_bytes(bytes(data))
+    before = tree_state(Path(store.root))
+    with pytest.raises(litstore.IntegrityError, match=chunk.filename):
+        store.add_fields({"n": int})
+    assert tree_state(Path(store.root)) == before

@@ -18,18 +18,22 @@ or a list that is not of staged fragments is refused before anything is written.
 
 from __future__ import annotations
 
+import functools
 import typing
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from litstore.errors import SHOWN_CULPRITS, IntegrityError, InvalidArgumentError, SchemaError
 from litstore.format import fields as field_format
 from litstore.format import hashing
-from litstore.format import manifest as manifest_format
-from litstore.format.models import Operation, check_message, check_metadata, declared_fields
+from litstore.format.models import Operation, check_message, check_metadata
+from litstore.read.groups import by_chunk
+from litstore.read.keyindex import content_matrix
 from litstore.read.keyruns import has_key_index
 from litstore.txn.plan import Mode, Plan, plan
 from litstore.txn.stage import StagedFragment
@@ -208,13 +212,15 @@ class FieldAddition:
     def __post_init__(self) -> None:
         object.__setattr__(self, "fields", dict(self.fields))
 
-    def plan(self, parent: VersionReader) -> pa.Table:
-        """The manifest of the version: ``parent``'s with a column for each new field, read from every record.
+    def plan(self, parent: VersionReader) -> Callable[[Iterable[pa.Table]], Iterator[pa.Table]]:
+        """What makes the version's manifest of ``parent``'s: a function of ``parent``'s manifest rows, a row
+        group at a time, yielding each with a column for every new field, its values read from the records
+        those rows name (so the whole manifest is never held, at any size).
 
-        Raises:
-            SchemaError: some records lack a valid value of a new field (the error names them).
+        It raises, once every row has been read, :class:`~litstore.errors.SchemaError`
+        naming each record that lacks a valid value of a new field.
         """
-        return _manifest_with(parent, dict(self.fields))
+        return functools.partial(_with_values, parent, dict(self.fields))
 
 
 @dataclass(frozen=True)
@@ -246,48 +252,63 @@ class Upgrade:
         return False
 
 
-def _manifest_with(head: VersionReader, new: dict[str, str]) -> pa.Table:
-    """``head``'s manifest with a column for each of the ``new`` fields (see :meth:`FieldAddition.plan`)."""
-    full = head.manifest()
-    for name, values in _values(head, new).items():
-        full = full.append_column(name, values)
-    return full.cast(
-        manifest_format.schema(head.config.key_type, {**declared_fields(head.config, head.version), **new})
-    )
-
-
-def _values(head: VersionReader, new: dict[str, str]) -> dict[str, pa.Array]:
-    """Each new field's value of every record of ``head``, in manifest order."""
-    found: dict[Any, list[Any]] = {}
-    problems: list[tuple[Any, str]] = []
-    for key, record in head.items():
-        row = []
+def _with_values(head: VersionReader, new: dict[str, str], parts: Iterable[pa.Table]) -> Iterator[pa.Table]:
+    """``parts`` (rows of ``head``'s manifest) each with a column for every one of the ``new`` fields (see
+    :meth:`FieldAddition.plan`); held: one part and the records it names, a chunk at a time."""
+    problems: list[tuple[int, Any, str]] = []  # (position in the manifest, key, what is wrong)
+    position = 0
+    for rows in parts:
+        values = _values(head, new, rows, position, problems)
         for name, type_name in new.items():
-            value, reason = field_format.check_value(record.get(name), type_name)
-            if reason is not None:
-                if name not in record and not type_name.endswith("?"):
-                    reason = "missing, and the field is not Optional"
-                problems.append((key, f"declared field {name!r}: {reason}"))
-                break
-            row.append(value)
-        else:
-            found[key] = row
-    keys = head.manifest().column("key").to_pylist()
+            rows = rows.append_column(name, pa.array(values[name], field_format.arrow_type(type_name)))
+        position += rows.num_rows
+        yield rows
     if problems:
-        position = {key: number for number, key in enumerate(keys)}
-        shown = "; ".join(f"key {key!r}: {detail}" for key, detail in problems[:SHOWN_CULPRITS])
+        shown = "; ".join(f"key {key!r}: {detail}" for _, key, detail in problems[:SHOWN_CULPRITS])
         more = f"; and {len(problems) - SHOWN_CULPRITS} more" if len(problems) > SHOWN_CULPRITS else ""
         noun = "record" if len(problems) == 1 else "records"
         raise SchemaError(
             f"cannot add fields {list(new)}: {len(problems)} {noun} of version {head.version.number} do not fit: "
             f"{shown}{more}; nothing was committed",
-            [(position.get(key, -1), key) for key, _ in problems],
+            [(where, key) for where, key, _ in problems],
         )
-    rows = [found[key] for key in keys]
-    return {
-        name: pa.array([row[column] for row in rows], field_format.arrow_type(type_name))
-        for column, (name, type_name) in enumerate(new.items())
-    }
+
+
+def _values(
+    head: VersionReader, new: dict[str, str], rows: pa.Table, first: int, problems: list[tuple[int, Any, str]]
+) -> dict[str, list[Any]]:
+    """Each new field's value of the records ``rows`` name, in row order (``None`` where it does not fit: the
+    record is added to ``problems``, with its position counted from ``first``).
+
+    Each record is read where its row says, checked against the row's content hash.
+    """
+    values: dict[str, list[Any]] = {name: [None] * rows.num_rows for name in new}
+    if not rows.num_rows:
+        return values
+    chunks = pc.dictionary_encode(rows.column("chunk")).combine_chunks()
+    chunk_ids = chunks.indices.to_numpy().astype(np.uint32)
+    numbers = rows.column("row").to_numpy().astype(np.uint32)
+    contents = content_matrix(rows.column("content_hash"))
+    failed: list[tuple[int, str]] = []  # (row, what is wrong)
+    for chunk_id, positions, places in by_chunk(chunk_ids, numbers):
+        chunk = chunks.dictionary[chunk_id].as_py()
+        held = head.chunk_cache.holds(chunk)
+        records = head.check.records(chunk, places, head.chunk_cache.payloads(chunk, places), contents[positions])
+        if not held:  # mapped for this part only: a walk of every record must not keep every chunk mapped
+            head.chunk_cache.release(chunk)
+        for at, record in zip(positions.tolist(), records, strict=True):
+            for name, type_name in new.items():
+                value, reason = field_format.check_value(record.get(name), type_name)
+                if reason is not None:
+                    if name not in record and not type_name.endswith("?"):
+                        reason = "missing, and the field is not Optional"
+                    failed.append((at, f"declared field {name!r}: {reason}"))
+                    break
+                values[name][at] = value
+    failed.sort()
+    keys = rows.column("key").take(pa.array([at for at, _ in failed], pa.int64())).to_pylist()
+    problems.extend((first + at, key, detail) for (at, detail), key in zip(failed, keys, strict=True))
+    return values
 
 
 #: Every change a commit publishes.

@@ -13,7 +13,7 @@ that can hide an older row (replaced, moved and deleted keys: not added ones).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import pyarrow as pa
 
@@ -24,6 +24,9 @@ from litstore.format.models import StoreConfig, Version, declared_fields
 from litstore.read import log, manifests
 from litstore.read.version import VersionReader
 from litstore.storage import Storage
+
+#: What adds columns to a manifest's rows as they stream by (a field addition's values).
+Extension = Callable[[Iterable[pa.Table]], Iterable[pa.Table]]
 
 #: Live records each version between two manifest checkpoints stands for: a store of more records than
 #: ``checkpoint_interval`` times this spaces its checkpoints further apart (see :func:`checkpoint_spacing`).
@@ -100,11 +103,32 @@ def write_version_checkpoint(storage: Storage, config: StoreConfig, version: Ver
         return _write_checkpoint(storage, config, version, None, path, durable=True)
 
 
+def write_extended_checkpoint(head: VersionReader, path: str, added: dict[str, str], extend: Extension) -> int:
+    """Write at ``path`` ``head``'s manifest with the ``added`` fields, whose columns ``extend`` gives its rows a
+    row group at a time (a field addition: :meth:`litstore.txn.change.FieldAddition.plan`); the rows written.
+
+    Streamed as a commit's checkpoint is, and written again from a fresh walk of the
+    chain if gc removed one of its files meanwhile. Whatever ``extend`` raises leaves
+    nothing at ``path``.
+    """
+    try:
+        return _write_checkpoint(head.storage, head.config, head.version, None, path, added=(added, extend))
+    except MissingFileError:
+        return _write_checkpoint(head.storage, head.config, head.version, None, path, added=(added, extend))
+
+
 def _write_checkpoint(
-    storage: Storage, config: StoreConfig, top: Version, delta: pa.Table | None, path: str, durable: bool = False
+    storage: Storage,
+    config: StoreConfig,
+    top: Version,
+    delta: pa.Table | None,
+    path: str,
+    durable: bool = False,
+    added: tuple[dict[str, str], Extension] | None = None,
 ) -> int:
     """Stream ``top``'s manifest, with ``delta`` applied on it where given, to ``path`` (``durable``: readers of
-    ``top`` use it as soon as it is there, so it is durable first; a commit's is synced before its record)."""
+    ``top`` use it as soon as it is there, so it is durable first; a commit's is synced before its record);
+    ``added``: fields the rows get, and what adds their columns."""
     fields = declared_fields(config, top)
     pending: list[str] = []
     base: str | None = None
@@ -117,6 +141,10 @@ def _write_checkpoint(
     deltas: list[Iterable[pa.Table]] = [] if delta is None else [[manifest_format.decoded(delta)]]
     deltas += [log.read_manifest_row_groups(storage, config, name, True, fields, hashed) for name in pending]
     checkpoint = None if base is None else log.read_manifest_row_groups(storage, config, base, False, fields, hashed)
-    parts = manifests.stream_compose(config.key_type, deltas, checkpoint, fields, schema.names)
+    parts: Iterable[pa.Table] = manifests.stream_compose(config.key_type, deltas, checkpoint, fields, schema.names)
+    if added is not None:
+        more, extend = added
+        parts = extend(parts)
+        schema = manifest_format.schema(config.key_type, {**fields, **more})
     with storage.writing(path, durable=True) if durable else storage.writing(path) as handle:
         return manifest_format.write_parquet(parts, schema, handle, key_hash=config.stores_key_hash)

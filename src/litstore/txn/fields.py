@@ -1,25 +1,25 @@
 """Declaring more fields on a store: a version whose manifest gains typed columns.
 
 :func:`commit_fields` (what ``txn.commit`` does with a
-:class:`~litstore.txn.change.FieldAddition`, which reads each new field's value from every
-record of the head when it plans) commits a version with the same records, chunks, counts and fingerprint, whose
-manifest (written whole, as a checkpoint, so no older delta is ever read with the
-new columns) carries the new columns and whose commit record lists the full
-declared set. Older versions keep the fields they had.
+:class:`~litstore.txn.change.FieldAddition`) commits a version with the same records,
+chunks, counts and fingerprint, whose manifest (written whole, as a checkpoint, so no
+older delta is ever read with the new columns) carries the new columns and whose commit
+record lists the full declared set. Older versions keep the fields they had. The
+checkpoint is streamed: the head's manifest a row group at a time, each with its new
+columns read from the records its rows name (checked against their content hashes),
+so a field addition holds one row group at any size, as a commit's checkpoint does.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-import pyarrow as pa
-
 from litstore.errors import ConflictError, InvalidArgumentError
 from litstore.format import fields as field_format
 from litstore.format import layout
-from litstore.format import manifest as manifest_format
 from litstore.format.models import Version, declared_fields
 from litstore.txn.change import FieldAddition
+from litstore.txn.checkpoint import write_extended_checkpoint
 from litstore.txn.race import catch_up, commit_time, copy_indexes, put_commit_record
 
 if TYPE_CHECKING:
@@ -47,7 +47,7 @@ def commit_fields(
             shown = {name: declared[name] for name in declared if name.lower() in {n.lower() for n in again}}
             raise InvalidArgumentError(f"fields {again} are declared already, ignoring case (as {shown})")
         every = {**declared, **new}
-        version, written = _write(head, addition.plan(head), every, message, metadata)
+        version, written = _write(head, addition, every, message, metadata)
         # UncertainCommitError propagates with the files kept: the record may name them.
         if put_commit_record(head, version, written):
             return head.successor(version, head.chunks(), head.built_index)
@@ -58,15 +58,23 @@ def commit_fields(
 
 
 def _write(
-    head: VersionReader, full: pa.Table, fields: dict[str, str], message: str | None, metadata: dict[str, Any] | None
+    head: VersionReader,
+    addition: FieldAddition,
+    fields: dict[str, str],
+    message: str | None,
+    metadata: dict[str, Any] | None,
 ) -> tuple[Version, list[str]]:
-    """The new version's files (checkpoint, split indexes as the parent's) and its commit record, not yet created."""
-    storage, parent = head.storage, head.version
+    """The new version's files (checkpoint, split indexes as the parent's) and its commit record, not yet created.
+
+    The checkpoint is streamed, the parent's manifest a row group at a time with the new
+    columns read from the records it names: held is one row group, at any size.
+    """
+    parent = head.version
     number = parent.number + 1
     transaction = layout.new_transaction()
     written: list[str] = []
     checkpoint = layout.manifest_checkpoint(number, transaction)
-    storage.write(checkpoint, manifest_format.to_parquet(full, key_hash=head.config.stores_key_hash))
+    write_extended_checkpoint(head, checkpoint, dict(addition.fields), addition.plan(head))
     written.append(checkpoint)
     indexes = copy_indexes(head, number, transaction)
     written.extend(indexes.values())
