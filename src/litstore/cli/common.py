@@ -80,6 +80,7 @@ AtOpt = Annotated[
 OldVersionOpt = Annotated[str | None, typer.Option("--version", "-v", hidden=True, help="Deprecated: use --at.")]
 OldVersionArg = Annotated[str | None, typer.Argument(hidden=True, help="Deprecated: use --at.", show_default=False)]
 YesOpt = Annotated[bool, typer.Option("--yes", "-y", help="Really do it; without it, only show what would happen.")]
+MessageOpt = Annotated[str | None, typer.Option(help="The new version's message.")]
 
 
 def _at(at: str | None, old: str | None, spelling: str) -> str | None:

@@ -18,6 +18,7 @@ from litstore.cli.common import (
     AtOpt,
     EndpointOpt,
     JsonOpt,
+    MessageOpt,
     OldVersionArg,
     ProgressOpt,
     RootArg,
@@ -244,7 +245,7 @@ def merge(
     root: RootArg,
     source: Annotated[str, typer.Argument(help="The branch whose changes to apply.", show_default=False)],
     into: Annotated[str, typer.Option(help="The line to apply them to.")] = "main",
-    message: Annotated[str | None, typer.Option(help="The new version's message.")] = None,
+    message: MessageOpt = None,
     endpoint_url: EndpointOpt = None,
     storage_option: StorageOpts = None,
     as_json: JsonOpt = False,
@@ -261,7 +262,7 @@ def restore(
     version: Annotated[
         str, typer.Argument(help="The version to restore: a number, tag or ISO time.", show_default=False)
     ],
-    message: Annotated[str | None, typer.Option(help="The new version's message.")] = None,
+    message: MessageOpt = None,
     endpoint_url: EndpointOpt = None,
     storage_option: StorageOpts = None,
     as_json: JsonOpt = False,
@@ -342,7 +343,7 @@ def compact(
         float, typer.Option(help="Rewrite chunks whose live rows are fewer than this fraction of their rows.")
     ] = 0.8,
     target_chunk_bytes: Annotated[int | None, typer.Option(help="Chunk size to aim for (default: the store's)")] = None,
-    message: Annotated[str | None, typer.Option(help="The new version's message.")] = None,
+    message: MessageOpt = None,
     progress: ProgressOpt = None,
     endpoint_url: EndpointOpt = None,
     storage_option: StorageOpts = None,
@@ -385,7 +386,7 @@ def upgrade(
             "--rebuild", help="Write the key index again even if it opens (a lookup reported a damaged key run)."
         ),
     ] = False,
-    message: Annotated[str | None, typer.Option(help="The new version's message.")] = None,
+    message: MessageOpt = None,
     progress: ProgressOpt = None,
     endpoint_url: EndpointOpt = None,
     storage_option: StorageOpts = None,
