@@ -21,8 +21,8 @@ import xxhash
 
 import litstore
 
-# ``s3_endpoint`` and ``s3_bucket`` for every test module.
-pytest_plugins = ["tests.s3_server", "tests.azurite_server", "tests.gcs_server"]
+# ``s3_endpoint`` and ``s3_bucket`` for every test module; ``watch``, the durable-commit tests' watcher.
+pytest_plugins = ["tests.s3_server", "tests.azurite_server", "tests.gcs_server", "tests.txn.durable_watch"]
 
 BACKENDS = ["local", "memory"]
 

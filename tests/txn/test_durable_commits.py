@@ -2,13 +2,13 @@
 that name it, before the record that names it is created, and the record's own name is made durable too.
 
 Power loss cannot be simulated here; what these tests hold to is the order of the durable steps, watched on
-the real local storage (its ``sync`` and directory ``fsync`` recorded as they run, then done).
+the real local storage (:mod:`tests.txn.durable_watch`).
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -17,72 +17,8 @@ import pytest
 
 import litstore
 from litstore.errors import StorageError
-from litstore.format import layout
-from litstore.storage import local
 from litstore.storage.local import LocalStorage
-
-
-class _Watch:
-    """What the local storage made durable, and whether each commit record's new files were among it."""
-
-    def __init__(self, root: Path) -> None:
-        self.root = root
-        self.synced: set[str] = set()
-        self.directories: set[Path] = set()
-        self.before: set[str] = set()
-        self.records: list[str] = []
-        self.undurable: list[tuple[str, list[str]]] = []
-
-    def files(self) -> set[str]:
-        return {
-            path.relative_to(self.root).as_posix()
-            for path in self.root.rglob("*")
-            if path.is_file() and not layout.is_temporary(path.relative_to(self.root).as_posix())
-        }
-
-    def new_files(self) -> list[str]:
-        """Files created since :attr:`before` that a record may name (leases and the head hint are not named)."""
-        skipped = {layout.HEAD_HINT}
-        return sorted(
-            path
-            for path in self.files() - self.before
-            if path not in skipped and not layout.is_lease(path.rsplit("/", 1)[-1]) and not path.startswith("versions/")
-        )
-
-
-@pytest.fixture
-def watch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[_Watch]:
-    seen = _Watch(tmp_path / "store")
-    sync, put, directory_sync = LocalStorage.sync, LocalStorage.put_if_absent, local._sync_directory
-
-    def recording_sync(self: LocalStorage, paths: Any) -> None:
-        sync(self, paths)
-        seen.synced.update(paths)
-
-    def recording_directory(directory: Path) -> None:
-        directory_sync(directory)
-        seen.directories.add(Path(directory))
-
-    def checked_put(self: LocalStorage, path: str, data: bytes) -> bool:
-        if path.startswith("versions/"):
-            new = seen.new_files()
-            missing = [found for found in new if found not in seen.synced]
-            names = {seen.root / parent for found in new for parent in Path(found).parents if str(parent) != "."}
-            missing += [f"{name}/" for name in sorted(names - seen.directories)]
-            if missing:
-                seen.undurable.append((path, missing))
-        created = put(self, path, data)
-        if created:
-            seen.synced.add(path)  # put_if_absent writes through fsync, its name too (checked below for records)
-        if created and path.startswith("versions/"):
-            seen.records.append(path)
-            assert seen.root / "versions" in seen.directories, "the record's name was not made durable"
-        return created
-
-    monkeypatch.setattr(LocalStorage, "sync", recording_sync)
-    monkeypatch.setattr(LocalStorage, "put_if_absent", checked_put)
-    monkeypatch.setattr(local, "_sync_directory", recording_directory)
-    yield seen
+from tests.txn.durable_watch import Watch
 
 
 def _records(start: int, count: int, label: int = 0) -> list[dict[str, Any]]:
@@ -100,27 +36,29 @@ _WRITES: dict[str, Callable[[litstore.Store], Any]] = {
 
 
 @pytest.mark.parametrize("write", sorted(_WRITES))
-def test_a_commit_record_names_only_files_made_durable_before_it(watch: _Watch, write: str) -> None:
+def test_a_commit_record_names_only_files_made_durable_before_it(watch: Watch, write: str) -> None:
     store = litstore.Store.create(watch.root, key="id")
     for start in range(0, 300, 100):  # three versions, so that a restore and a compaction have work to do
         store.append(_records(start, 100))
     store.delete(["k00001"])
     assert watch.undurable == []  # (creating the store, the appends and the delete too)
-    watch.before, watch.synced, watch.directories, watch.records = watch.files(), set(), set(), []
+    watch.snapshot()
     _WRITES[write](store)
     assert watch.records, "the write committed no version"
     assert watch.undurable == []
     assert store.get("k00002") is not None
 
 
-def test_every_version_of_a_history_was_durable_when_committed(watch: _Watch) -> None:
+def test_every_version_of_a_history_was_durable_when_committed(watch: Watch) -> None:
     """The whole life of a store, each record checked as it is created (stage, commit, checkpoints)."""
     store = litstore.Store.create(watch.root, key="id")
+    records = 0
     for round_ in range(6):
+        watch.snapshot()
         store.append(_records(round_ * 40, 40))
         store.upsert(_records(round_ * 40, 5, label=round_))
-        watch.before = watch.files()
-    assert len(watch.records) >= 12
+        records += len(watch.records)
+    assert records == store.version.number >= 11  # every commit watched (round 0's upsert changes nothing)
     assert watch.undurable == []
 
 

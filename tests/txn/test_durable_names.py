@@ -3,9 +3,7 @@ and every file readers take as soon as it is there (a tombstone, gc's checkpoint
 config) is durable before it is there; a record created but not made durable is not reported committed.
 
 As in test_durable_commits.py, power loss is not simulated: the tests watch the order of the durable steps on the
-real local storage (``sync``, the directory ``fsync``, ``put_if_absent``, ``write``), recording and delegating.
-A directory's fsync makes durable the entries it holds at that moment, so each directory fsync records the
-names the directory held then; a new name is durable once some fsync of its directory saw it.
+real local storage (:mod:`tests.txn.durable_watch`).
 """
 
 from __future__ import annotations
@@ -13,8 +11,6 @@ from __future__ import annotations
 import errno
 import os
 import stat
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -25,104 +21,13 @@ import litstore
 from litstore.errors import StorageError
 from litstore.storage import local
 from litstore.storage.local import LocalStorage
+from tests.txn.durable_watch import Watch
 from tests.txn.test_durable_commits import _records
-
-
-class _Watch:
-    """What the local storage made durable, in order."""
-
-    def __init__(self, root: Path) -> None:
-        self.root = root
-        self.synced: set[str] = set()  # files fsync'd (sync, or put_if_absent's own fsync)
-        self.named: dict[Path, set[str]] = {}  # directory -> the entries some fsync of it saw
-        self.events: list[tuple[str, str]] = []  # ("write" | "put" | "sync", path) in order
-        self.failures: list[str] = []
-        self.before: set[Path] = set()  # every path that existed when the watched operation began
-
-    def snapshot(self) -> None:
-        self.before = {self.root, *self.root.rglob("*")} if self.root.exists() else set()
-        self.named = {}
-
-    def name_durable(self, path: Path) -> bool:
-        return path.name in self.named.get(path.parent, set())
-
-    def check_chain(self, what: str, relative: str, *, including_root: bool = True) -> None:
-        """Every directory on the way to ``relative`` that the watched operation created must be named durably in
-        its parent (the root's own name in its parent is left to whoever made the root, unless created here)."""
-        path = self.root / relative
-        for directory in [path, *path.parents]:
-            if directory == self.root:
-                break
-            if directory in self.before:
-                continue
-            if directory.parent == self.root and not including_root:
-                continue
-            if not self.name_durable(directory):
-                self.failures.append(f"{what}: {directory.relative_to(self.root)} not named durably in its parent")
-
-
-@pytest.fixture
-def watch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[_Watch]:
-    seen = _Watch(tmp_path / "store")
-    sync, put, write, directory_sync = (
-        LocalStorage.sync,
-        LocalStorage.put_if_absent,
-        LocalStorage.write,
-        local._sync_directory,
-    )
-
-    def recording_directory(directory: Path) -> None:
-        names = set(os.listdir(directory))
-        directory_sync(directory)
-        seen.named.setdefault(Path(directory), set()).update(names)
-
-    def recording_sync(self: LocalStorage, paths: Any) -> None:
-        sync(self, paths)
-        seen.synced.update(paths)
-        seen.events.extend(("sync", path) for path in paths)
-
-    def recording_put(self: LocalStorage, path: str, data: bytes) -> bool:
-        created = put(self, path, data)
-        if created:
-            seen.synced.add(path)
-            seen.events.append(("put", path))
-        return created
-
-    def recording_write(self: LocalStorage, path: str, data: bytes, *, durable: bool = False) -> None:
-        write(self, path, data, durable=durable)
-        # A new inode: whatever was synced under this name before is not this file, unless written durably.
-        (seen.synced.add if durable else seen.synced.discard)(path)
-        seen.events.append(("write", path))
-
-    writing = LocalStorage.writing
-
-    @contextmanager
-    def recording_writing(self: LocalStorage, path: str, *, durable: bool = False) -> Iterator[Any]:
-        with writing(self, path, durable=durable) as handle:
-            yield handle
-        (seen.synced.add if durable else seen.synced.discard)(path)
-        seen.events.append(("write", path))
-
-    monkeypatch.setattr(LocalStorage, "writing", recording_writing)
-    monkeypatch.setattr(local, "_sync_directory", recording_directory)
-    monkeypatch.setattr(LocalStorage, "sync", recording_sync)
-    monkeypatch.setattr(LocalStorage, "put_if_absent", recording_put)
-    monkeypatch.setattr(LocalStorage, "write", recording_write)
-    yield seen
-
-
-def _new_files(seen: _Watch) -> list[str]:
-    return sorted(
-        path.relative_to(seen.root).as_posix()
-        for path in seen.root.rglob("*")
-        if path.is_file() and path not in seen.before and "/.tmp-" not in f"/{path.name}"
-    )
-
 
 # -- the directories a write makes ----------------------
 
 
-def test_create_and_first_append_name_their_top_level_directories_durably(watch: _Watch) -> None:
+def test_create_and_first_append_name_their_top_level_directories_durably(watch: Watch) -> None:
     """``versions/`` (made by create), ``fragments/`` (first stage) and ``manifests/`` (first commit) are new
     names in the root: a power loss that dropped ``versions/`` would leave ``open`` finding no head and writing
     version 0 again, every commit silently gone. Each is named durably when it is made."""
@@ -131,16 +36,15 @@ def test_create_and_first_append_name_their_top_level_directories_durably(watch:
     watch.check_chain("version 0", "versions/00000000.json")
     watch.snapshot()
     store.append(_records(0, 50))
-    for path in _new_files(watch):
-        if not path.endswith(".hint") and "/lease-" not in path:
-            watch.check_chain(f"version 1 names {path}", path)
+    for path in watch.new_files(named_by_records=True):
+        watch.check_chain(f"version 1 names {path}", path)
     assert not watch.failures, "\n".join(watch.failures)
 
 
 # -- branches: the branch record and a branch's first own record --------------------------------------------
 
 
-def test_a_branch_and_its_first_commit_are_named_durably(watch: _Watch) -> None:
+def test_a_branch_and_its_first_commit_are_named_durably(watch: Watch) -> None:
     """A branch record (``branches/<b>/branch.json``) and the branch's first commit
     (``branches/<b>/versions/``): every directory on the way is named durably in its parent."""
     store = litstore.Store.create(watch.root, key="id")
@@ -158,7 +62,7 @@ def test_a_branch_and_its_first_commit_are_named_durably(watch: _Watch) -> None:
 # -- tags ----------------------------------------------------------------------------------------------------
 
 
-def test_a_tag_is_named_durably(watch: _Watch) -> None:
+def test_a_tag_is_named_durably(watch: Watch) -> None:
     """``tags/<name>.json``, and ``tags`` itself in the root, are named durably."""
     store = litstore.Store.create(watch.root, key="id")
     store.append(_records(0, 50))
@@ -168,7 +72,7 @@ def test_a_tag_is_named_durably(watch: _Watch) -> None:
     assert not watch.failures, "\n".join(watch.failures)
 
 
-def test_a_moved_tag_is_made_durable(watch: _Watch) -> None:
+def test_a_moved_tag_is_made_durable(watch: Watch) -> None:
     """A moved tag replaces its record: written durably (a torn tag record would hide the version it named)."""
     store = litstore.Store.create(watch.root, key="id")
     store.append(_records(0, 50))
@@ -182,7 +86,7 @@ def test_a_moved_tag_is_made_durable(watch: _Watch) -> None:
 # -- upgrade ---------------------------------------------------------------------------------------------------
 
 
-def test_upgrade_switch_makes_the_config_rename_durable(watch: _Watch) -> None:
+def test_upgrade_switch_makes_the_config_rename_durable(watch: Watch) -> None:
     """The upgrade's switch of litstore.json is durable, the root that names it included: the old config must
     never come back under versions committed by the new format."""
     store = litstore.Store.create(watch.root, key="id", format_version=6)
@@ -196,7 +100,7 @@ def test_upgrade_switch_makes_the_config_rename_durable(watch: _Watch) -> None:
     assert watch.root in watch.named, f"the root was never fsync'd after litstore.json was replaced ({written_at})"
 
 
-def test_upgrade_syncs_the_hashes_sidecars_it_adds_before_its_record(watch: _Watch) -> None:
+def test_upgrade_syncs_the_hashes_sidecars_it_adds_before_its_record(watch: Watch) -> None:
     """The hashes sidecars an upgrade adds are synced before its record: a sidecar left empty by a power loss
     would be an IntegrityError for every stream of every version listing its chunk."""
     store = litstore.Store.create(watch.root, key="id", format_version=2)
@@ -216,7 +120,7 @@ def test_upgrade_syncs_the_hashes_sidecars_it_adds_before_its_record(watch: _Wat
 # -- gc: what kept versions read instead is durable before the first tombstone ----------
 
 
-def test_gc_makes_checkpoints_and_listings_durable_before_the_first_tombstone(watch: _Watch) -> None:
+def test_gc_makes_checkpoints_and_listings_durable_before_the_first_tombstone(watch: Watch) -> None:
     """A tombstone replaces the record a kept version's chain is read through, so the checkpoints and listings
     gc writes for kept versions are durable before the first tombstone (and readers take them as soon as they
     are there); the tombstones are durable too."""
@@ -239,7 +143,7 @@ def test_gc_makes_checkpoints_and_listings_durable_before_the_first_tombstone(wa
 
 
 def test_a_commit_whose_record_name_cannot_be_made_durable_is_not_reported_done(
-    watch: _Watch, monkeypatch: pytest.MonkeyPatch
+    watch: Watch, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The record is linked, then its directory's fsync fails (EIO): the append must not return as if
     committed (the record reads back as its own, but a power loss may take it)."""
@@ -270,7 +174,7 @@ def test_a_commit_whose_record_name_cannot_be_made_durable_is_not_reported_done(
 
 
 def test_a_directory_fsync_the_file_system_does_not_support_is_not_fatal(
-    watch: _Watch, monkeypatch: pytest.MonkeyPatch
+    watch: Watch, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Some mounts answer EINVAL to fsync of a directory (PostgreSQL's fsync_fname ignores EINVAL/EBADF for
     directories for that reason): writes still work there, their files still fsync'd."""
