@@ -407,12 +407,20 @@ class _GroupReader:
         sidecars = ChunkHashes(reader.storage, reader.config, reader.version)
         for piece in self.pieces:
             if piece.rows is None or piece.contents is None:  # every live row, checked against the chunk's sidecar
+                # The sidecar first: its length (a file that is there) bounds the listed item count before
+                # anything is allocated by that count.
+                hashes = np.frombuffer(sidecars.of(piece.chunk, piece.num_items), np.uint8).reshape(-1, 16)
                 live = reader.deletions.live(piece.chunk, piece.num_items)
                 rows = np.arange(piece.num_items, dtype=np.int64) if live is None else live.astype(np.int64)
-                hashes = np.frombuffer(sidecars.of(piece.chunk, piece.num_items), np.uint8).reshape(-1, 16)
                 contents = hashes[rows]
             else:
                 rows, contents = piece.rows, piece.contents
+                if np.isin(rows, reader.deletions.dead(piece.chunk, piece.num_items)).any():  # as streaming checks
+                    raise IntegrityError(
+                        f"the key index of version {self.number} names rows of chunk {piece.chunk} that its deletion "
+                        "vector says are dead (superseded or deleted records): the version's index or deletion "
+                        "vectors are damaged; store.verify() checks them"
+                    )
             for start in range(0, len(rows), _BLOCK_ROWS):
                 part, expected = rows[start : start + _BLOCK_ROWS], contents[start : start + _BLOCK_ROWS]
                 with encoded_media():  # media pass through Ray as litstore.Media: written back as their bytes
@@ -427,32 +435,43 @@ def _plan(snapshot: Snapshot, split: str | None, where: str | None) -> list[_Pie
     whose chunks all have hashes sidecars (format 3+) is planned from its chunk list
     alone, each task reading the sidecars and deletion vectors of its own chunks; a
     ``where`` subset costs the records it matches, found in the key index on disk. Only
-    a version without those composes its manifest here.
+    a version without those composes its manifest here. Whichever way, the chunks each
+    split lists must hold its live record count, as streaming checks (reads nothing):
+    records of a chunk the index lost are never silently left out.
 
     Raises:
-        IntegrityError: the chunks listed do not hold the version's record counts.
+        IntegrityError: the chunks listed do not hold the version's record counts, or
+            the manifest or key index names a chunk the version does not list.
     """
     listed = snapshot.chunks()
-    chunks = {chunk.filename: chunk for name in sorted(listed) if split in (None, name) for chunk in listed[name]}
     reader = snapshot.reader
-    if where is None and snapshot.config.writes_key_runs and chunkhashes.all_present(snapshot.storage, chunks.values()):
-        pieces = [_whole(chunk, reader.deletions) for chunk in chunks.values()]
-        held = sum(piece.num_rows for piece in pieces)
-        counted = sum(count for name, count in snapshot.version.counts.items() if split in (None, name))
-        if held != counted:
+    for name in sorted(set(listed) | set(snapshot.version.counts)):
+        if split not in (None, name):
+            continue
+        lives = {
+            chunk.filename: reader.deletions.live_count(chunk.filename, chunk.num_items)
+            for chunk in listed.get(name, [])
+        }
+        held, counted = sum(lives.values()), snapshot.version.counts.get(name, 0)
+        emptied = any(lives[chunk] < 1 for chunk in reader.deletions.chunks & lives.keys())  # never listed
+        if held != counted or emptied:
             raise IntegrityError(
-                f"the chunks version {snapshot.version.number} lists hold {held} live records, but the version "
-                f"holds {counted}: its index or deletion vectors are damaged; store.verify() lists what is wrong"
+                f"the chunks split {name!r} of version {snapshot.version.number} lists hold {held} live "
+                f"records, but the version holds {counted}: its index or deletion vectors are damaged; "
+                "store.verify() lists what is wrong"
             )
-        return pieces
+    chunks = {chunk.filename: chunk for name in sorted(listed) if split in (None, name) for chunk in listed[name]}
+    every = {chunk.filename for name in listed for chunk in listed[name]}
+    if where is None and snapshot.config.writes_key_runs and chunkhashes.all_present(snapshot.storage, chunks.values()):
+        return [_whole(chunk, reader.deletions) for chunk in chunks.values()]
     if where is None:
-        return _pieces(snapshot.manifest(), chunks)
+        return _pieces(snapshot.manifest(), chunks, every)
     keys = snapshot.select(where)
     found = reader.located(keys)
     if found is None:  # no key index on disk (format 2): the manifest's rows of those keys
         manifest = snapshot.manifest()
         found = manifest.filter(pc.is_in(manifest.column("key"), pa.array(keys, manifest.schema.field("key").type)))
-    return _pieces(found, chunks)
+    return _pieces(found, chunks, every)
 
 
 def _whole(chunk: ChunkInfo, deletions: Deletions) -> _Piece:
@@ -461,10 +480,21 @@ def _whole(chunk: ChunkInfo, deletions: Deletions) -> _Piece:
     return _Piece(chunk.filename, None, None, chunk.num_bytes * live // max(chunk.num_items, 1), live, chunk.num_items)
 
 
-def _pieces(rows: pa.Table, chunks: dict[str, ChunkInfo]) -> list[_Piece]:
+def _pieces(rows: pa.Table, chunks: dict[str, ChunkInfo], listed: set[str]) -> list[_Piece]:
     """The records ``rows`` (``chunk``, ``row``, ``content_hash``) that lie in ``chunks``, grouped by chunk in
-    row order; each chunk's size pro rata of its rows."""
+    row order; each chunk's size pro rata of its rows. ``listed``: every chunk of the version (a row outside
+    ``chunks`` is another split's; one outside ``listed`` is damage, never a record silently left out).
+
+    Raises:
+        IntegrityError: a row names a chunk the version does not list.
+    """
     names = np.asarray(rows.column("chunk").to_numpy(zero_copy_only=False), dtype=object)
+    unlisted = set(names.tolist()) - listed
+    if unlisted:
+        raise IntegrityError(
+            f"the manifest or key index names {len(unlisted)} chunks the version's index does not list (such as "
+            f"{min(unlisted)}): the version is damaged; store.verify() lists what is wrong"
+        )
     numbers = rows.column("row").to_numpy().astype(np.int64)
     contents = content_matrix(rows.column("content_hash"))
     pieces = []

@@ -694,7 +694,9 @@ class Store:
 
         Raises:
             InvalidArgumentError: a name or type cannot be declared, or is declared already.
-            SchemaError: some records lack a valid value (the error names them); nothing was committed.
+            SchemaError: some records lack a valid value (the error names them; in its ``culprits``,
+                ``(position, key)``, the position counts the version's rows in the order its manifest
+                files are read, not the order of ``manifest()``); nothing was committed.
         """
         from litstore.format import fields as field_format
 

@@ -8,12 +8,15 @@ rejected write must leave no version and no staged fragment behind.
 
 from __future__ import annotations
 
+import json
 import os
+import tracemalloc
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow.compute as pc
 import pytest
 
 os.environ.setdefault("RAY_DEDUP_LOGS", "0")
@@ -269,6 +272,87 @@ def test_read_refuses_a_damaged_sidecar(tmp_path: Path) -> None:
     path.write_bytes(bytes(data))
     with pytest.raises(litstore.IntegrityError, match=chunk.filename):
         litstore_ray.read(litstore.open(tmp_path / "store")).take_all()
+
+
+def _lose_a_chunk(root: Path, counted_too: bool = False) -> int:
+    """Drop the first chunk of split ``train`` from the newest version's index (format 2-5: its ``index.json``),
+    as damage would; ``counted_too``: also take its items off the commit record's count, as a stranger's store
+    consistent with itself would. The items the chunk held."""
+    store = litstore.open(root)
+    record_path = root / layout.version_record(store.version.number)
+    record = json.loads(record_path.read_bytes())
+    index_path = root / record["indexes"]["train"]
+    index = json.loads(index_path.read_bytes())
+    lost = index["chunks"].pop(0)
+    index_path.write_text(json.dumps(index))
+    if counted_too:
+        record["counts"]["train"] -= lost["chunk_size"]
+        record_path.write_text(json.dumps(record))
+    return int(lost["chunk_size"])
+
+
+@pytest.mark.parametrize("format_version", [2, 3])
+@pytest.mark.parametrize("filtered", [False, True])
+def test_read_refuses_an_index_that_lost_a_chunk(tmp_path: Path, format_version: int, filtered: bool) -> None:
+    """The chunks each split lists must hold the version's record count, whichever way the read is planned (the
+    manifest, the key index, the chunk list): the records of a chunk the index lost are never silently left out
+    (``dataset()`` refuses the same store)."""
+    root = tmp_path / "store"
+    _store(root, format_version=format_version, fields={"n": "int"}).append(list(_expected(count=300).values()))
+    _lose_a_chunk(root)
+    with pytest.raises(litstore.IntegrityError, match="lists hold"):
+        litstore_ray.read(root, filter="n >= 0" if filtered else None).take_all()
+
+
+def test_read_refuses_a_key_index_naming_a_chunk_the_version_does_not_list(tmp_path: Path) -> None:
+    """A stranger's store whose counts agree with its index, but whose key index (and manifest) still name a
+    chunk the index does not list: a filtered read fails rather than leave the chunk's matches out."""
+    root = tmp_path / "store"
+    _store(root, format_version=3, fields={"n": "int"}).append(list(_expected(count=300).values()))
+    lost = _lose_a_chunk(root, counted_too=True)
+    assert len(litstore_ray.read(root).take_all()) == 300 - lost  # consistent with its own chunk list
+    with pytest.raises(litstore.IntegrityError, match="does not list"):
+        litstore_ray.read(root, filter="n >= 0").take_all()
+
+
+def test_filtered_read_refuses_a_key_index_naming_a_dead_row(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Format 4+: an upsert leaves the key's old record in its chunk as a dead row. A key index that still names
+    that row (hash and all) fails the read task, as streaming a subset does, rather than give the superseded record."""
+    root = tmp_path / "store"
+    store = _store(root, fields={"n": "int"})
+    store.append(list(_expected(count=300).values()))
+    store.upsert([_record({"id": 4}, rev=1)])
+    old = store.at(1).manifest()
+    old = old.filter(pc.equal(old.column("key"), "k00004")).select(["key", "content_hash", "chunk", "row"])
+    monkeypatch.setattr(litstore.read.version.VersionReader, "located", lambda self, keys: old)  # the driver's
+    with pytest.raises(litstore.IntegrityError, match="dead"):
+        litstore_ray.read(litstore.open(root), filter="n = 4").take_all()
+
+
+def test_read_task_checks_a_listed_item_count_against_the_sidecar_before_allocating(tmp_path: Path) -> None:
+    """A commit record may list a chunk with as many items as its stated size allows (a quarter of it, up to
+    2^30): a read task finds that count wrong from the chunk's sidecar, a file that is there, before it allocates
+    anything by it."""
+    root = tmp_path / "store"
+    store = _store(root)
+    litstore_ray.write(_dataset(count=300), store)
+    record_path = root / layout.version_record(store.version.number)
+    record = json.loads(record_path.read_bytes())
+    split, chunks = next((split, chunks) for split, chunks in record["added_chunks"].items() if chunks)
+    huge = 1 << 24  # rows by it: 128 MiB
+    record["counts"][split] += huge - chunks[0]["items"]
+    chunks[0].update(items=huge, size=4 * huge + 8)
+    record_path.write_text(json.dumps(record))
+    source = litstore_ray._VersionDatasource(root, None, None, None, None)
+    (task,) = [task for task in source.get_read_tasks(16) if task.metadata.num_rows >= huge]
+    tracemalloc.start()
+    try:
+        with pytest.raises(litstore.IntegrityError, match=chunks[0]["chunk"]):
+            list(task())
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 32 << 20, f"{peak >> 20} MiB allocated by a count the chunk's files do not bear out"
 
 
 def test_read_is_pinned_while_the_store_moves_on(tmp_path: Path) -> None:

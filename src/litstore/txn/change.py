@@ -280,7 +280,12 @@ def _values(
     """Each new field's value of the records ``rows`` name, in row order (``None`` where it does not fit: the
     record is added to ``problems``, with its position counted from ``first``).
 
-    Each record is read where its row says, checked against the row's content hash.
+    Each record is read where its row says, checked against the row's content hash, and
+    must be a record holding the row's key (as a lookup checks): a manifest row pointing at
+    another key's record never gives its key that record's values.
+
+    Raises:
+        IntegrityError: a record is damaged, not a record, or another key's.
     """
     values: dict[str, list[Any]] = {name: [None] * rows.num_rows for name in new}
     if not rows.num_rows:
@@ -289,14 +294,25 @@ def _values(
     chunk_ids = chunks.indices.to_numpy().astype(np.uint32)
     numbers = rows.column("row").to_numpy().astype(np.uint32)
     contents = content_matrix(rows.column("content_hash"))
+    keys = rows.column("key").to_pylist()
+    key_field = head.config.key
     failed: list[tuple[int, str]] = []  # (row, what is wrong)
     for chunk_id, positions, places in by_chunk(chunk_ids, numbers):
         chunk = chunks.dictionary[chunk_id].as_py()
         held = head.chunk_cache.holds(chunk)
-        records = head.check.records(chunk, places, head.chunk_cache.payloads(chunk, places), contents[positions])
+        payloads = head.chunk_cache.payloads(chunk, places)
+        # Damaged records are named by the part's keys: the manifest is not composed for it.
+        records = head.check.records(chunk, places, payloads, contents[positions], _asked(keys, positions))
         if not held:  # mapped for this part only: a walk of every record must not keep every chunk mapped
             head.chunk_cache.release(chunk)
-        for at, record in zip(positions.tolist(), records, strict=True):
+        for at, row, record in zip(positions.tolist(), places.tolist(), records, strict=True):
+            if not isinstance(record, dict):
+                raise head.check.malformed(chunk, row, f"a {type(record).__name__}, not a dict", keys[at])
+            if key_field not in record or record[key_field] != keys[at]:
+                raise IntegrityError(
+                    f"the manifest of version {head.version.number} puts key {keys[at]!r} at chunk {chunk}, row "
+                    f"{row}, which holds another record: the version is damaged; store.verify() checks it"
+                )
             for name, type_name in new.items():
                 value, reason = field_format.check_value(record.get(name), type_name)
                 if reason is not None:
@@ -306,9 +322,13 @@ def _values(
                     break
                 values[name][at] = value
     failed.sort()
-    keys = rows.column("key").take(pa.array([at for at, _ in failed], pa.int64())).to_pylist()
-    problems.extend((first + at, key, detail) for (at, detail), key in zip(failed, keys, strict=True))
+    problems.extend((first + at, keys[at], detail) for at, detail in failed)
     return values
+
+
+def _asked(keys: list[Any], positions: np.ndarray) -> Callable[[np.ndarray], list[Any]]:
+    """The keys of the rows at ``positions`` of a part, picked by the places of damaged records among them."""
+    return lambda damaged: [keys[at] for at in positions[damaged].tolist()]
 
 
 #: Every change a commit publishes.
