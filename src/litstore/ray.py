@@ -329,7 +329,8 @@ def _records(block: Block) -> pa.Table | list[dict[str, Any]]:
 @dataclass(frozen=True)
 class _Piece:
     """Rows of one chunk of the pinned version to read: ``rows`` (in row order) with the committed content hash
-    of each, or (``rows`` is ``None``) every live row of the chunk, checked against its hashes sidecar."""
+    and the key of each, or (``rows`` is ``None``) every live row of the chunk, checked against its hashes
+    sidecar."""
 
     chunk: str
     rows: np.ndarray | None
@@ -337,6 +338,7 @@ class _Piece:
     size_bytes: int
     num_rows: int
     num_items: int  # the rows of the chunk file, live and dead
+    keys: list[Any] | None = None  # what each of ``rows`` must hold (the manifest's or key index's word for it)
 
 
 class _VersionDatasource(Datasource):
@@ -403,7 +405,7 @@ class _GroupReader:
     def __call__(self) -> Iterator[Block]:
         snapshot = open_store(self.root, storage_options=self.storage_options).at(self.number)
         reader = snapshot.reader
-        cache, check = reader.chunk_cache, reader.check
+        cache, check, key = reader.chunk_cache, reader.check, reader.config.key
         sidecars = ChunkHashes(reader.storage, reader.config, reader.version)
         for piece in self.pieces:
             if piece.rows is None or piece.contents is None:  # every live row, checked against the chunk's sidecar
@@ -425,7 +427,24 @@ class _GroupReader:
                 part, expected = rows[start : start + _BLOCK_ROWS], contents[start : start + _BLOCK_ROWS]
                 with encoded_media():  # media pass through Ray as litstore.Media: written back as their bytes
                     records = check.records(piece.chunk, part, cache.payloads(piece.chunk, part), expected)
+                if piece.keys is not None:
+                    _check_keys(self.number, piece.chunk, part, records, piece.keys[start : start + _BLOCK_ROWS], key)
                 yield _table(records, self.columns)
+
+
+def _check_keys(number: int, chunk: str, rows: np.ndarray, records: list[Any], keys: list[Any], field: str) -> None:
+    """Each of ``records`` (at ``rows`` of ``chunk``) holds the key its row was read for, as a lookup checks: a
+    manifest row or key-index entry pointing at another key's record (hash and all) never passes as that key's.
+
+    Raises:
+        IntegrityError: one holds another key.
+    """
+    for row, record, key in zip(rows.tolist(), records, keys, strict=True):
+        if record.get(field) != key:
+            raise IntegrityError(
+                f"version {number} puts key {key!r} at chunk {chunk}, row {row}, which holds another record: "
+                "the version's manifest or key index is damaged; store.verify() checks it"
+            )
 
 
 def _plan(snapshot: Snapshot, split: str | None, where: str | None) -> list[_Piece]:
@@ -503,7 +522,8 @@ def _pieces(rows: pa.Table, chunks: dict[str, ChunkInfo], listed: set[str]) -> l
         members = members[np.argsort(numbers[members], kind="stable")]
         info = chunks[name]
         size = info.num_bytes * len(members) // max(info.num_items, 1)
-        pieces.append(_Piece(name, numbers[members], contents[members], size, len(members), info.num_items))
+        keys = rows.column("key").take(pa.array(members)).to_pylist()
+        pieces.append(_Piece(name, numbers[members], contents[members], size, len(members), info.num_items, keys))
     return pieces
 
 

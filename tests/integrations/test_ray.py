@@ -27,6 +27,7 @@ import litstore.ray as litstore_ray  # noqa: E402
 import litstore.read.version  # noqa: E402
 from litstore.format import layout  # noqa: E402
 from tests.conftest import tree_state  # noqa: E402
+from tests.read.test_get_many import _swap_rows  # noqa: E402
 from tests.txn.test_chunk_hashes import _assert_hashes_match_manifest, _chunk_files, _format3  # noqa: E402
 from tests.txn.test_chunk_hashes import _record as _sidecar_record  # noqa: E402
 
@@ -353,6 +354,18 @@ def test_read_task_checks_a_listed_item_count_against_the_sidecar_before_allocat
     finally:
         tracemalloc.stop()
     assert peak < 32 << 20, f"{peak >> 20} MiB allocated by a count the chunk's files do not bear out"
+
+
+@pytest.mark.parametrize("format_version", [2, 7])
+def test_filtered_read_never_gives_a_key_another_key_s_record(tmp_path: Path, format_version: int) -> None:
+    """The manifest row and key-index entry of k00210 point at k00250's record, hash and all (a stranger's store,
+    consistent with itself): a filtered read refuses it, as a lookup does, rather than give k00250's record
+    for k00210 (and k00250's twice)."""
+    store = _store(tmp_path / "store", format_version=format_version, fields={"n": "int"})
+    store.append(list(_expected(count=300).values()))
+    _swap_rows(store, "k00210", "k00250")
+    with pytest.raises(litstore.IntegrityError, match="'k00210'"):
+        litstore_ray.read(litstore.open(tmp_path / "store"), filter="n IN (210, 250)").take_all()
 
 
 def test_read_is_pinned_while_the_store_moves_on(tmp_path: Path) -> None:
