@@ -102,12 +102,12 @@ def decode(
         raise IntegrityError(f"the {where} is not a Roaring bitmap ({exc}): {_AFTER}") from exc
     if len(bitmap) != dead:
         raise IntegrityError(f"the {where} marks {len(bitmap)} rows dead, its commit record says {dead}: {_AFTER}")
-    rows = np.frombuffer(bitmap.to_array(), dtype=np.uint32) if len(bitmap) else np.empty(0, dtype=np.uint32)
-    if len(rows) and int(rows[-1]) >= num_items:
+    # Checked on the bitmap before its rows are made (a few bytes of runs can mark 2**32 rows).
+    if len(bitmap) and bitmap.max() >= num_items:
         raise IntegrityError(
-            f"the {where} marks row {int(rows[-1])} dead, but the chunk holds {num_items} items: {_AFTER}"
+            f"the {where} marks row {bitmap.max()} dead, but the chunk holds {num_items} items: {_AFTER}"
         )
-    return rows
+    return np.frombuffer(bitmap.to_array(), dtype=np.uint32) if len(bitmap) else np.empty(0, dtype=np.uint32)
 
 
 def live_rows(dead: np.ndarray, num_items: int) -> np.ndarray:

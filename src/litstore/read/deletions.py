@@ -78,6 +78,12 @@ class Deletions:
         if found is not None:
             self._decoded.move_to_end(chunk)
             return found
+        if ref.dead >= num_items:  # (before anything is read or made by that count)
+            raise IntegrityError(
+                f"the deletion vector of chunk {chunk} in {ref.path} marks every row dead ({ref.dead} of "
+                f"{num_items}, by version {self._number}'s commit record), but the version still lists the chunk: "
+                "store.verify() lists what is wrong"
+            )
         if ref.length > deletion_format.largest_block(num_items):
             raise IntegrityError(
                 f"the deletion vector of chunk {chunk} in {ref.path} is {ref.length} bytes by version "
@@ -92,11 +98,6 @@ class Deletions:
                 "rows are live; store.verify() lists what is wrong"
             ) from exc
         rows = deletion_format.decode(chunk, block, ref.checksum, ref.dead, num_items, ref.path)
-        if ref.dead >= num_items:
-            raise IntegrityError(
-                f"the deletion vector of chunk {chunk} in {ref.path} marks every row dead, but version "
-                f"{self._number} still lists the chunk: store.verify() lists what is wrong"
-            )
         self._decoded[chunk] = rows
         while len(self._decoded) > _KEPT:
             self._decoded.popitem(last=False)
