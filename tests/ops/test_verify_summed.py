@@ -80,16 +80,41 @@ def test_a_sound_version_is_proved_with_worker_processes_too(make_store: Callabl
     assert verify_summed.check(head.storage, head.config, head.version, head.chunks(), num_workers=2) == serial
 
 
-def test_a_format_2_version_and_expected_keys_go_to_the_full_match(make_store: Callable[..., litstore.Store]) -> None:
-    """Without key runs the sums cannot rule out duplicate keys; expected keys are compared key by key."""
+def test_a_format_2_version_goes_to_the_full_match(make_store: Callable[..., litstore.Store]) -> None:
+    """Without key runs the sums cannot rule out duplicate keys."""
     old = make_store(key="id", chunk_bytes=2048, format_version=2)
     old.append(_records(0, 100))
     head = old.head()
     assert verify_summed.check(head.storage, head.config, head.version, head.chunks()) is None
     assert old.verify().ok
-    store = make_store(key="id", chunk_bytes=2048)
-    store.append(_records(0, 100))
-    assert not store.verify(expected_keys=[f"k{i:04d}" for i in range(101)]).ok  # k0100 missing: named
+
+
+def test_expected_keys_are_proved_by_their_sum_or_named_by_the_full_match(
+    make_store: Callable[..., litstore.Store], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Exactly the version's keys (in any order, repeated or not) are proved by sums; one missing, one extra or
+    one of the wrong type is not, and the full match names it."""
+    store = make_store(key="id", splits=SPLITS, chunk_bytes=2048)
+    _history(store)
+    head = store.head()
+    keys = list(store.keys())
+
+    def proved(expected: list[Any]) -> bool:
+        found = verify_summed.check(head.storage, head.config, head.version, head.chunks(), expected_keys=expected)
+        return found is not None
+
+    assert proved(keys[::-1] + keys[:5])
+    assert not proved(keys[1:])
+    assert not proved([*keys, "k9999"])
+    assert not proved([*keys, 7])
+    report = store.verify(expected_keys=[*keys[1:], "k9999"])
+    assert report.missing_keys == ["k9999"] and report.unexpected_keys == [keys[0]]
+
+    def matched(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("verify ran the full match on a sound version with its own keys")
+
+    monkeypatch.setattr(verify, "_Matcher", matched)
+    assert store.verify(expected_keys=iter(keys)).ok  # (an iterator: read once)
 
 
 def _flip_an_item(root: Path, store: litstore.Store) -> None:

@@ -22,9 +22,9 @@ compares that with the manifest and the commit record:
   duplicates, and count in neither the record counts nor the data fingerprint.
 
 A version with key runs is first checked by sums (:mod:`litstore.ops.verify_summed`),
-holding nothing per record: a sound version is reported from those alone; anything
-else (or a version without key runs, or ``expected_keys``) runs the full match below,
-which names every problem.
+holding nothing per record (and, with ``expected_keys``, that its keys are exactly
+those): a sound version is reported from those alone; anything else (or a version
+without key runs) runs the full match below, which names every problem.
 
 In bounded memory: the manifest is streamed, one row group at a time, into 26 bytes
 of fixed-size numpy columns per row (:mod:`litstore.ops.verify_listed`), never one
@@ -180,18 +180,19 @@ def verify(
     """
     if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 0:
         raise InvalidArgumentError(f"num_workers must be a whole number >= 0, got {num_workers!r}")
-    if expected_keys is None:  # first by sums, holding nothing per record; the full match names what is wrong
-        proved = verify_summed.check(storage, config, version, chunks, progress, num_workers)
-        if proved is not None:
-            records, checked, data = proved
-            return VerifyReport(
-                version=version.number,
-                records_checked=records,
-                chunks_checked=checked,
-                fingerprint=version.fingerprint,
-                manifest_fingerprint=version.fingerprint,
-                data_fingerprint=hashing.fingerprint_hex(data),
-            )
+    expected = None if expected_keys is None else list(expected_keys)
+    # First by sums, holding nothing per record; the full match names what is wrong.
+    proved = verify_summed.check(storage, config, version, chunks, progress, num_workers, expected)
+    if proved is not None:
+        records, checked, data = proved
+        return VerifyReport(
+            version=version.number,
+            records_checked=records,
+            chunks_checked=checked,
+            fingerprint=version.fingerprint,
+            manifest_fingerprint=version.fingerprint,
+            data_fingerprint=hashing.fingerprint_hex(data),
+        )
     names = verify_listed.Names()
     listings = [(split, chunk) for split in sorted(chunks) for chunk in chunks[split]]
     listing_chunks = np.array([names.chunk(chunk.filename) for _, chunk in listings], np.uint64)
@@ -253,8 +254,8 @@ def verify(
     found = matcher.finish(storage, config, listings)
     missing_keys: list[Any] = []
     unexpected_keys: list[Any] = []
-    if expected_keys is not None:
-        missing_keys, unexpected_keys = _expected(listed, config, expected_keys)
+    if expected is not None:
+        missing_keys, unexpected_keys = _expected(listed, config, expected)
     count_mismatches = [  # (a split with records that the commit record does not count is counted 0 there)
         (split, version.counts.get(split, 0), found_counts.get(split, 0))
         for split in sorted({*version.counts, *found_counts})

@@ -171,6 +171,7 @@ class Listed:
     index_sum: int = 0  # the sum of its rows' IndexDigest terms
     count: int = 0  # the live rows (the arrays hold them unless read with ``places``)
     place_sum: int = 0  # with ``places``: the sum of each row's :func:`place_words` terms
+    key_sum: int = 0  # with ``places``: the sum of each row's key term (its keyprint's two words)
 
     def __len__(self) -> int:
         return self.count
@@ -482,8 +483,9 @@ def read_listed(
     a new one's) are summed as they stream past; with ``detail``, what each row's index
     entry must hold is kept instead (:class:`Indexed`, 40 bytes more a row), to name the
     rows that disagree. With ``places``, nothing is kept per row: each row's place,
-    pair hash and split are summed by it instead (:func:`place_words`), for
-    :mod:`litstore.ops.verify_summed`, which compares the sum with the items' own.
+    pair hash and split are summed by it instead (:func:`place_words`), and its
+    keyprint, for :mod:`litstore.ops.verify_summed`, which compares the sums with the
+    items' own and the expected keys'.
 
     Raises:
         VersionNotFoundError: gc expired a version of its chain.
@@ -503,7 +505,7 @@ def read_listed(
     held = places is None
     columns = _Columns(shapes, version.total if held else 0)
     groups: list[tuple[str, bool, int, np.ndarray]] = []
-    count = place_sum = 0
+    count = place_sum = key_sum = 0
     mentioned = _Mentioned()
     fingerprint = 0
     for number, (path, delta) in enumerate(files):
@@ -544,6 +546,7 @@ def read_listed(
                 columns.add(row)
             else:
                 place_sum += places.sum_words(place_words(location, pair, split))
+                key_sum += places.sum_words((words[:, 0].copy(), words[:, 1].copy()))
         if file_prints:
             mentioned.add(file_prints)
         release_freed()  # a file's row groups, read and hashed
@@ -567,6 +570,7 @@ def read_listed(
         index_sum % INDEX_MODULUS,
         count,
         place_sum % INDEX_MODULUS,
+        key_sum % INDEX_MODULUS,
     )
 
 

@@ -18,11 +18,13 @@ does, holding nothing per record:
   differ, so agreeing sums also mean no duplicate keys;
 - each chunk's hashes sidecar is compared with its items' content hashes as they are
   read; deletion vectors must decode (dead items are neither summed nor listed);
-- the counts and the fingerprints are what the commit record says.
+- the counts and the fingerprints are what the commit record says;
+- with expected keys, the rows' keyprints sum to the distinct expected keys' (the rows'
+  keys being distinct, as above): the version holds exactly those keys.
 
 When all of that holds the report is that of a sound version, and it is exact. When
-anything does not (or cannot be told this way: a version without key runs, expected
-keys to compare), :func:`check` returns ``None`` and ``verify`` runs the full match,
+anything does not (or cannot be told this way: a version without key runs, an expected
+key not of the store's key type), :func:`check` returns ``None`` and ``verify`` runs the full match,
 which names each problem at the old cost: a damaged store is read twice.
 """
 
@@ -31,8 +33,11 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 from tqdm.auto import tqdm
 
 from litstore._litdata.index import ChunkInfo
@@ -51,9 +56,11 @@ def check(
     chunks: dict[str, list[ChunkInfo]],
     progress: bool = False,
     num_workers: int = 0,
+    expected_keys: list[Any] | None = None,
 ) -> tuple[int, int, int] | None:
-    """Prove ``version`` sound by sums (see the module docstring): ``(records, chunks, data fingerprint)``;
-    ``None`` where it is not, or the sums cannot tell (then run the full match).
+    """Prove ``version`` sound by sums (see the module docstring), holding exactly ``expected_keys`` if given:
+    ``(records, chunks, data fingerprint)``; ``None`` where it is not, or the sums cannot tell (then run the
+    full match).
 
     Raises:
         IntegrityError: a manifest file or the commit record is damaged.
@@ -61,11 +68,16 @@ def check(
     digest = verify_index.index_digest(config, version)
     if digest is None:
         return None
+    places = IndexDigest()
+    expected: tuple[int, int] | None = None
+    if expected_keys is not None:
+        expected = _expected_sum(config, expected_keys, places)
+        if expected is None:
+            return None
     names = Names()
     listings = [(split, chunk) for split in sorted(chunks) for chunk in chunks[split]]
     listing_chunks = [names.chunk(chunk.filename) for _, chunk in listings]
     listing_splits = [names.split(split) for split, _ in listings]
-    places = IndexDigest()
     dead_rows = verify_deletions.DeadRows(storage, version, listings)
     sidecars = _Sidecars(storage, listings)
     found_counts: dict[str, int] = {}
@@ -127,8 +139,20 @@ def check(
         and hashing.fingerprint_hex(data_fingerprint)
         == hashing.fingerprint_hex(listed.fingerprint)
         == version.fingerprint
+        and (expected is None or expected == (listed.key_sum, len(listed)))
     )
     return (records, len(listings), data_fingerprint) if sound else None
+
+
+def _expected_sum(config: StoreConfig, keys: list[Any], places: IndexDigest) -> tuple[int, int] | None:
+    """The key sum and count of the distinct ``keys``, as a version holding exactly them sums its rows' keys;
+    ``None`` if one is not of the store's key type (the full match names it)."""
+    if not all(hashing.is_key(key, config.key_type) for key in keys):
+        return None
+    key_type = pa.string() if config.key_type == "str" else pa.int64()
+    wanted = pc.unique(pa.array(keys, key_type))
+    words = np.ascontiguousarray(hashing.keyprint_rows(wanted)).view(np.uint64).reshape(-1, 2)
+    return places.sum_words((words[:, 0].copy(), words[:, 1].copy())) % INDEX_MODULUS, len(wanted)
 
 
 class _Sidecars:
