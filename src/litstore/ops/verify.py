@@ -197,8 +197,7 @@ def verify(
     listings = [(split, chunk) for split in sorted(chunks) for chunk in chunks[split]]
     listing_chunks = np.array([names.chunk(chunk.filename) for _, chunk in listings], np.uint64)
     listing_splits = np.array([names.split(split) for split, _ in listings], np.uint16)
-    split_parts = num_workers > 0 and bool(listings) and storage.local_path(listings[0][1].filename) is not None
-    parts = verify_stored.parts_of([chunk for _, chunk in listings], split_parts)
+    listed_chunks = [chunk for _, chunk in listings]
     dead_rows = verify_deletions.DeadRows(storage, version, listings)
     digest = verify_index.index_digest(config, version)
     found_counts: dict[str, int] = {}
@@ -214,16 +213,12 @@ def verify(
             thread = stack.enter_context(ThreadPoolExecutor(1, thread_name_prefix="litstore-verify"))
             if digest is not None:
                 summed = verify_index.sum_key_runs(storage, version, names, digest, thread)
-            chunked = (
-                part
-                for listing, (_, chunk) in enumerate(listings)
-                for part in verify_stored.read_chunk(storage, listing, chunk, config.key, config.key_type)
-            )
-            read = stack.enter_context(contextlib.closing(verify_stored.read_ahead(chunked, thread)))
+            chunks_read = verify_stored.read_in_thread(storage, listed_chunks, config.key, config.key_type, thread)
+            read = stack.enter_context(contextlib.closing(chunks_read))
             listed = verify_listed.read_listed(storage, config, version, names, digest=digest)
         else:  # the manifest in one worker while the others read chunks
             reading = pool.submit(verify_listed.read_listed_and_names, storage, config, version, names, digest)
-            read = verify_stored.read_parts(storage, parts, config.key, config.key_type, pool)
+            read = verify_stored.read_in_workers(storage, listed_chunks, config.key, config.key_type, pool)
             listed, names = reading.result()
         index_problems = verify_index.check_key_index(storage, config, version, listed, names, summed)
         matcher = _Matcher(listed, listing_chunks, listing_splits)

@@ -521,6 +521,28 @@ def _place(place: int, names: Names) -> str:
     return f"{names.chunks[place >> 32]} row {place & 0xFFFFFFFF}"
 
 
+def sidecar_words(storage: Storage, present: dict[str, set[str]], chunk: ChunkInfo) -> np.ndarray | None:
+    """``chunk``'s hashes sidecar as ``(n, 2)`` words, checked; ``None``: it has none (or it was removed since it
+    was listed: readers fall back to the manifest). ``present`` caches each fragment's listing.
+
+    Raises:
+        IntegrityError: the sidecar does not parse (cut, of another item count or chunk, failing its checksum).
+    """
+    path = layout.chunk_hashes(chunk.filename)
+    fragment, _, name = path.rpartition("/")
+    if fragment not in present:
+        present[fragment] = set(storage.names(fragment))
+    if name not in present[fragment]:
+        return None
+    try:
+        data = storage.mapped(path)
+        if data is None:  # never more than a sidecar of this chunk can be (one byte more shows it is longer)
+            data = storage.read_range(path, 0, chunkhashes.size(chunk.num_items) + 1)
+    except MissingFileError:
+        return None
+    return np.frombuffer(chunkhashes.parse(chunk.filename, data, chunk.num_items), np.uint64).reshape(-1, 2)
+
+
 class Sidecars:
     """The hashes sidecars of the listed chunks against the manifest, checked as ``verify`` reads each chunk.
 
@@ -549,23 +571,11 @@ class Sidecars:
     def _open(self, listing: int) -> np.ndarray | None:
         """Listing ``listing``'s sidecar as ``(n, 2)`` words; ``None``: there is none, or it does not parse."""
         chunk = self._listings[listing][1]
-        path = layout.chunk_hashes(chunk.filename)
-        fragment, _, name = path.rpartition("/")
-        if fragment not in self._present:
-            self._present[fragment] = set(self._storage.names(fragment))
-        if name not in self._present[fragment]:
-            return None
         try:
-            data = self._storage.mapped(path)
-            if data is None:  # never more than a sidecar of this chunk can be (one byte more shows it is longer)
-                data = self._storage.read_range(path, 0, chunkhashes.size(chunk.num_items) + 1)
-            hashes = chunkhashes.parse(chunk.filename, data, chunk.num_items)
-        except MissingFileError:
-            return None  # removed since it was listed: readers fall back to the manifest
+            return sidecar_words(self._storage, self._present, chunk)
         except IntegrityError as exc:
-            self._problems[listing] = (path, str(exc))
+            self._problems[listing] = (layout.chunk_hashes(chunk.filename), str(exc))
             return None
-        return np.frombuffer(hashes, np.uint64).reshape(-1, 2)
 
     def _reach(self, listing: int, rows_at: Callable[[int, int], tuple[np.ndarray, np.ndarray]]) -> None:
         if self._current is not None and self._current[0] == listing:

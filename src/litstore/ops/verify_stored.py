@@ -318,6 +318,28 @@ def parts_of(chunks: Sequence[ChunkInfo], split: bool) -> list[Part]:
     return parts
 
 
+def read_in_thread(
+    storage: Storage, chunks: Sequence[ChunkInfo], key_field: str, key_type: str, executor: ThreadPoolExecutor
+) -> Generator[StoredPart, None, None]:
+    """Every part of ``chunks`` (numbered by their place in it), each chunk read whole by :func:`read_chunk` in
+    ``executor``'s thread, at most :data:`AHEAD` parts ahead (:func:`read_ahead`; close it to stop the thread)."""
+    chunked = (
+        part
+        for listing, chunk in enumerate(chunks)
+        for part in read_chunk(storage, listing, chunk, key_field, key_type)
+    )
+    return read_ahead(chunked, executor)
+
+
+def read_in_workers(
+    storage: Storage, chunks: Sequence[ChunkInfo], key_field: str, key_type: str, pool: Executor
+) -> Iterator[StoredPart]:
+    """Every part of ``chunks`` read by ``pool``'s worker processes (:func:`read_parts`): ranges of
+    :data:`PART_ITEMS` items of a local store's chunks (each worker opens the file), whole chunks elsewhere."""
+    split = bool(chunks) and storage.local_path(chunks[0].filename) is not None
+    return read_parts(storage, parts_of(chunks, split), key_field, key_type, pool)
+
+
 #: Parts handed to worker processes ahead of the one ``verify`` waits for (what they return is 33 bytes an item).
 WINDOW = 32
 

@@ -42,11 +42,11 @@ from tqdm.auto import tqdm
 
 from litstore._litdata.index import ChunkInfo
 from litstore.errors import IntegrityError
-from litstore.format import chunkhashes, hashing, layout
+from litstore.format import hashing
 from litstore.format.models import StoreConfig, Version
 from litstore.ops import verify_deletions, verify_index, verify_listed, verify_stored
 from litstore.ops.verify_listed import INDEX_MODULUS, IndexDigest, Names
-from litstore.storage import MissingFileError, Storage
+from litstore.storage import Storage
 
 
 def check(
@@ -78,6 +78,7 @@ def check(
     listings = [(split, chunk) for split in sorted(chunks) for chunk in chunks[split]]
     listing_chunks = [names.chunk(chunk.filename) for _, chunk in listings]
     listing_splits = [names.split(split) for split, _ in listings]
+    listed_chunks = [chunk for _, chunk in listings]
     dead_rows = verify_deletions.DeadRows(storage, version, listings)
     sidecars = _Sidecars(storage, listings)
     found_counts: dict[str, int] = {}
@@ -87,18 +88,12 @@ def check(
         read: Iterator[verify_stored.StoredPart]
         if num_workers:
             pool = stack.enter_context(verify_stored.worker_pool(num_workers))
-            split_parts = bool(listings) and storage.local_path(listings[0][1].filename) is not None
-            parts = verify_stored.parts_of([chunk for _, chunk in listings], split_parts)
             reading = pool.submit(verify_listed.read_listed_and_names, storage, config, version, names, digest, places)
-            read = verify_stored.read_parts(storage, parts, config.key, config.key_type, pool)
+            read = verify_stored.read_in_workers(storage, listed_chunks, config.key, config.key_type, pool)
         else:  # a thread sums the key runs, then reads chunks, while the manifest streams in here
             summed = verify_index.sum_key_runs(storage, version, names, digest, thread)
-            chunked = (
-                part
-                for listing, (_, chunk) in enumerate(listings)
-                for part in verify_stored.read_chunk(storage, listing, chunk, config.key, config.key_type)
-            )
-            read = stack.enter_context(contextlib.closing(verify_stored.read_ahead(chunked, thread)))
+            chunks_read = verify_stored.read_in_thread(storage, listed_chunks, config.key, config.key_type, thread)
+            read = stack.enter_context(contextlib.closing(chunks_read))
             listed = verify_listed.read_listed(storage, config, version, names, digest=digest, places=places)
         bar = stack.enter_context(tqdm(total=len(listings), desc="verifying", unit="chunk", disable=not progress))
         for stored in read:
@@ -169,7 +164,8 @@ class _Sidecars:
         chunk without one agrees (readers check it against the manifest), one that does not parse does not."""
         if self._current is None or self._current[0] != listing:
             try:
-                self._current = (listing, self._open(self._listings[listing][1]))
+                words = verify_index.sidecar_words(self._storage, self._present, self._listings[listing][1])
+                self._current = (listing, words)
             except IntegrityError:
                 return False
         words = self._current[1]
@@ -178,18 +174,3 @@ class _Sidecars:
         held = words[start : start + len(contents)]
         computed = np.ascontiguousarray(contents).view(np.uint64).reshape(-1, 2)
         return len(held) == len(computed) and bool((held == computed).all())
-
-    def _open(self, chunk: ChunkInfo) -> np.ndarray | None:
-        path = layout.chunk_hashes(chunk.filename)
-        fragment, _, name = path.rpartition("/")
-        if fragment not in self._present:
-            self._present[fragment] = set(self._storage.names(fragment))
-        if name not in self._present[fragment]:
-            return None
-        try:
-            data = self._storage.mapped(path)
-            if data is None:  # never more than a sidecar of this chunk can be (one byte more shows it is longer)
-                data = self._storage.read_range(path, 0, chunkhashes.size(chunk.num_items) + 1)
-        except MissingFileError:
-            return None
-        return np.frombuffer(chunkhashes.parse(chunk.filename, data, chunk.num_items), np.uint64).reshape(-1, 2)
