@@ -464,21 +464,7 @@ def _plan(snapshot: Snapshot, split: str | None, where: str | None) -> list[_Pie
     """
     listed = snapshot.chunks()
     reader = snapshot.reader
-    for name in sorted(set(listed) | set(snapshot.version.counts)):
-        if split not in (None, name):
-            continue
-        lives = {
-            chunk.filename: reader.deletions.live_count(chunk.filename, chunk.num_items)
-            for chunk in listed.get(name, [])
-        }
-        held, counted = sum(lives.values()), snapshot.version.counts.get(name, 0)
-        emptied = any(lives[chunk] < 1 for chunk in reader.deletions.chunks & lives.keys())  # never listed
-        if held != counted or emptied:
-            raise IntegrityError(
-                f"the chunks split {name!r} of version {snapshot.version.number} lists hold {held} live "
-                f"records, but the version holds {counted}: its index or deletion vectors are damaged; "
-                "store.verify() lists what is wrong"
-            )
+    reader.check_live_counts(split)
     chunks = {chunk.filename: chunk for name in sorted(listed) if split in (None, name) for chunk in listed[name]}
     every = {chunk.filename for name in listed for chunk in listed[name]}
     if where is None and snapshot.config.writes_key_runs and chunkhashes.all_present(snapshot.storage, chunks.values()):

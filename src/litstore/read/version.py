@@ -712,7 +712,7 @@ class VersionReader:
         if self._index is None and self._config.writes_key_runs:
             listed = [(split, chunk) for split, chunks in sorted(self.chunks().items()) for chunk in chunks]
             if chunkhashes.all_present(self._storage, [chunk for _, chunk in listed]):
-                self._check_live_counts()
+                self.check_live_counts()
                 yield from self._items_in_chunks(listed)
                 return
         index = self.key_index()
@@ -730,20 +730,24 @@ class VersionReader:
                     list(self._keyed(chunk, batch, self._cache.payloads(chunk, batch), expected)),
                 )
 
-    def _check_live_counts(self) -> None:
-        """Each split's chunks, less their dead rows, hold as many rows as the version has records (reads nothing).
+    def check_live_counts(self, split: str | None = None) -> None:
+        """Each split's chunks (or ``split``'s), less their dead rows, hold as many rows as the version has records,
+        and none is listed with no live row (reads nothing).
 
         Raises:
             IntegrityError: they do not: an index or a deletion vector is damaged (a vector marking a
-                live row dead would otherwise make a walk of the rows silently shorter).
+                live row dead would otherwise make a walk of the rows silently shorter, and a chunk
+                an index lost would be left out of a read of every chunk).
         """
         listed = self.chunks()
-        for split in sorted(set(listed) | set(self._version.counts)):
-            live = sum(self.deletions.live_count(chunk.filename, chunk.num_items) for chunk in listed.get(split, []))
-            committed = self._version.counts.get(split, 0)
-            if live != committed:
+        for name in sorted(set(listed) | set(self._version.counts)):
+            if split not in (None, name):
+                continue
+            lives = [self.deletions.live_count(chunk.filename, chunk.num_items) for chunk in listed.get(name, [])]
+            live, committed = sum(lives), self._version.counts.get(name, 0)
+            if live != committed or any(count < 1 for count in lives):
                 raise IntegrityError(
-                    f"the chunks of split {split!r} of version {self._version.number} hold {live} live rows "
+                    f"the chunks of split {name!r} of version {self._version.number} hold {live} live rows "
                     f"(their index's items less their deletion vectors' dead rows), but the version holds "
                     f"{committed} records: an index or a deletion vector is damaged; store.verify() lists what is wrong"
                 )
