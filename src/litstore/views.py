@@ -107,10 +107,9 @@ def _private_directory(path: Path, replace: bool) -> Path:
         path.mkdir(mode=0o700)
     except FileExistsError:
         pass
-    info = os.lstat(path)
-    private = stat.S_ISDIR(info.st_mode) and info.st_uid == os.getuid() and not info.st_mode & 0o077
-    if private:
+    if _is_private(path):
         return path
+    info = os.lstat(path)
     if not replace or info.st_uid != os.getuid():
         raise LitstoreError(
             f"{path} is not a directory private to this user (owner uid {info.st_uid}, mode "
