@@ -48,6 +48,7 @@ from litstore.format import hashing, layout
 from litstore.format.models import StoreConfig, Version
 from litstore.read import chunkhashes, listings, log
 from litstore.read.chunkhashes import ChunkHashes
+from litstore.read.chunks import confirm_item_count
 from litstore.read.keyindex import KeyIndex
 from litstore.read.manifests import ManifestCache
 from litstore.read.version import MISSING, Key, Record, VersionReader
@@ -218,7 +219,8 @@ class Snapshot:
 
         Raises:
             KeyNotFoundError: the version lists no such chunk.
-            IntegrityError: the chunk's deletion vector is damaged.
+            IntegrityError: the chunk's deletion vector is damaged, or the chunk does not hold the items the
+                version lists (checked before an array of that many rows is made).
         """
         listed = {info.filename: info for infos in self._reader.chunks().values() for info in infos}
         info = listed.get(chunk)
@@ -227,7 +229,10 @@ class Snapshot:
                 f"version {self.version.number} lists no chunk {chunk!r}; chunks() lists those it does"
             )
         live = self._reader.deletions.live(chunk, info.num_items)
-        return np.arange(info.num_items, dtype=np.uint32) if live is None else live
+        if live is None:
+            confirm_item_count(self.storage, chunk, info.num_items)  # before an array of that many rows
+            return np.arange(info.num_items, dtype=np.uint32)
+        return live
 
     @property
     def lookup_index_bytes(self) -> int:

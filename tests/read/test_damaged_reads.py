@@ -337,3 +337,44 @@ def test_offsets_that_claim_gigabytes_are_refused_before_anything_is_read(store:
         tracemalloc.stop()
     _names(error, chunk, "ends past the chunk's end")
     assert peak < 2**24, f"{peak:,} bytes allocated for offsets claiming 4 GiB"
+
+
+CLAIMED_ITEMS = 1 << 24  # a row array of the claim: 16 MiB of flags, 64-128 MiB of row numbers
+
+
+@pytest.mark.parametrize("holed", [True, False])
+def test_a_consistent_claim_of_millions_of_items_is_refused_before_rows_are_made(tmp_path: Path, holed: bool) -> None:
+    """A commit record may claim a chunk holds millions of items, with a size to match and every count agreeing:
+    readers that make a chunk's live rows (its dead rows expanded, or every row of one without holes) check the
+    chunk file holds that many first. An IntegrityError, never an allocation of what the record claims.
+
+    (litdata's own reader still makes a list of a chunk's items as a stream reaches it: see docs/design.md
+    "Known limits".)"""
+    root = tmp_path / "s"
+    store = litstore.Store.create(root, key="id", chunk_bytes=2048)
+    store.append([{"id": f"a{i:04d}", "n": i, "blob": bytes([i % 256]) * 24} for i in range(120)])
+    store.delete(["a0050"])  # one chunk with a hole, two without
+    holes = {ref.chunk for ref in store.head().reader.deletions.refs}
+    added = json.loads((root / layout.version_record(1)).read_bytes())
+    listed = added["added_chunks"]["train"]
+    entry = next(entry for entry in listed if (entry["chunk"] in holes) == holed)
+    grown = CLAIMED_ITEMS - entry["items"]
+    entry["items"], entry["size"] = CLAIMED_ITEMS, 4 * (CLAIMED_ITEMS + 2) + 64
+    (root / layout.version_record(1)).write_text(json.dumps(added))
+    for number in (1, 2):  # the counts agree with the claim
+        record = json.loads((root / layout.version_record(number)).read_bytes())
+        record["counts"]["train"] += grown
+        (root / layout.version_record(number)).write_text(json.dumps(record))
+
+    reopened = litstore.open(root)
+    reopened.head().get_many(["a0000"])  # imports and caches before memory is traced
+    tracemalloc.start()
+    try:
+        with pytest.raises(IntegrityError, match=f"does not hold the {CLAIMED_ITEMS} items"):
+            reopened.head().live_rows(entry["chunk"])
+        with pytest.raises(IntegrityError):  # a walk reads the chunk's sidecar, as long as the claim, first
+            list(reopened.items())
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < CLAIMED_ITEMS, f"{peak:,} bytes allocated for a chunk claiming {CLAIMED_ITEMS:,} items"

@@ -547,14 +547,15 @@ def test_a_damaged_store_gives_its_records_or_a_typed_error(
 def test_streaming_a_chunk_with_a_damaged_header_is_an_integrity_error(
     pristine: Pristine, tmp_path: Path, damage: Any
 ) -> None:
-    """litdata checks a chunk's header against index.json while iterating; its RuntimeError must come out typed."""
+    """litdata checks a chunk's header against index.json while iterating; its RuntimeError must come out typed
+    (or the header's count is refused first, where the chunk's live rows are made: a chunk with dead rows)."""
     root = tmp_path / "store"
     shutil.copytree(pristine.root, root)
     store = litstore.open(root)
     chunk = root / store.chunks()["train"][0].filename
     chunk.write_bytes(damage(chunk.read_bytes()))
 
-    with pytest.raises(litstore.IntegrityError, match="failed to read a chunk"):
+    with pytest.raises(litstore.IntegrityError, match=r"failed to read a chunk|does not hold the \d+ items"):
         list(store.dataset(views_dir=tmp_path / "views"))
 
 

@@ -35,6 +35,32 @@ _CONCURRENT_GETS = 8
 _READ_ROWS = 4096
 
 
+def confirm_item_count(storage: Storage, name: str, num_items: int) -> None:
+    """Check that chunk file ``name`` holds the ``num_items`` items its version lists, before anything is sized
+    by that count (a chunk's dead and live rows, a row array of a chunk with none dead).
+
+    The count comes from a commit record or a split index, which a hostile writer makes
+    as easily as the chunk: a consistent claim of 2^30 items in a 4 GiB chunk would have
+    a reader allocate gigabytes for a chunk of a few bytes. Two words are read: the
+    header's item count, and the last of its item offsets, which lies past every other
+    offset, so a file that has it is at least 4 bytes an item long.
+
+    Raises:
+        IntegrityError: the chunk is missing, says another count, or is too short to hold it.
+    """
+    last = 4 * (num_items + 1)  # the header: the count, then num_items + 1 offsets
+    try:
+        count, end = storage.read_ranges(name, [(0, 4), (last, last + 4)])
+    except MissingFileError as exc:
+        raise IntegrityError(f"chunk {name} is missing: store.verify() lists what is wrong") from exc
+    if len(end) != 4 or len(count) != 4 or int.from_bytes(count, "little") != num_items:
+        raise IntegrityError(
+            f"chunk {name} does not hold the {num_items} items its version lists (its header says "
+            f"{int.from_bytes(count, 'little') if len(count) == 4 else 'nothing'}, or it is too short): "
+            "store.verify() lists what is wrong"
+        )
+
+
 class _OpenChunk:
     __slots__ = ("checked", "data", "offsets", "view")
 

@@ -21,6 +21,7 @@ import numpy as np
 from litstore.errors import IntegrityError, MissingFileError
 from litstore.format import deletions as deletion_format
 from litstore.format.models import DeletionRef
+from litstore.read.chunks import confirm_item_count
 from litstore.storage import Storage
 
 _KEPT = 64  # decoded vectors held per process
@@ -84,6 +85,7 @@ class Deletions:
                 f"{num_items}, by version {self._number}'s commit record), but the version still lists the chunk: "
                 "store.verify() lists what is wrong"
             )
+        confirm_item_count(self._storage, chunk, num_items)  # (the rows live() makes are as many)
         if ref.length > deletion_format.largest_block(num_items):
             raise IntegrityError(
                 f"the deletion vector of chunk {chunk} in {ref.path} is {ref.length} bytes by version "
