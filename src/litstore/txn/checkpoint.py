@@ -81,10 +81,7 @@ def write_checkpoint(head: VersionReader, delta: pa.Table, path: str) -> int:
     """
     # Durable as it is written, in the checkpoint's own thread: its fsync (hundreds of MB at 4M records)
     # overlaps the key runs the commit writes meanwhile, where the record's sync would wait for it alone.
-    try:
-        return _write_checkpoint(head.storage, head.config, head.version, delta, path, durable=True)
-    except MissingFileError:
-        return _write_checkpoint(head.storage, head.config, head.version, delta, path, durable=True)
+    return _write_checkpoint(head.storage, head.config, head.version, delta, path, durable=True)
 
 
 def write_version_checkpoint(storage: Storage, config: StoreConfig, version: Version, path: str) -> int:
@@ -97,10 +94,7 @@ def write_version_checkpoint(storage: Storage, config: StoreConfig, version: Ver
         IntegrityError: a file of the chain is damaged.
         StorageError: the checkpoint cannot be written.
     """
-    try:
-        return _write_checkpoint(storage, config, version, None, path, durable=True)
-    except MissingFileError:
-        return _write_checkpoint(storage, config, version, None, path, durable=True)
+    return _write_checkpoint(storage, config, version, None, path, durable=True)
 
 
 def write_extended_checkpoint(head: VersionReader, path: str, added: dict[str, str], extend: Extension) -> int:
@@ -111,10 +105,7 @@ def write_extended_checkpoint(head: VersionReader, path: str, added: dict[str, s
     chain if gc removed one of its files meanwhile. Whatever ``extend`` raises leaves
     nothing at ``path``.
     """
-    try:
-        return _write_checkpoint(head.storage, head.config, head.version, None, path, added=(added, extend))
-    except MissingFileError:
-        return _write_checkpoint(head.storage, head.config, head.version, None, path, added=(added, extend))
+    return _write_checkpoint(head.storage, head.config, head.version, None, path, added=(added, extend))
 
 
 def _write_checkpoint(
@@ -128,7 +119,25 @@ def _write_checkpoint(
 ) -> int:
     """Stream ``top``'s manifest, with ``delta`` applied on it where given, to ``path`` (``durable``: readers of
     ``top`` use it as soon as it is there, so it is durable first; a commit's is synced before its record);
-    ``added``: fields the rows get, and what adds their columns."""
+    ``added``: fields the rows get, and what adds their columns. Written again from a fresh walk of the chain
+    if gc removed one of its files meanwhile (gc checkpoints the versions it keeps before it removes what
+    only expired ones need)."""
+    try:
+        return _stream_checkpoint(storage, config, top, delta, path, durable, added)
+    except MissingFileError:
+        return _stream_checkpoint(storage, config, top, delta, path, durable, added)
+
+
+def _stream_checkpoint(
+    storage: Storage,
+    config: StoreConfig,
+    top: Version,
+    delta: pa.Table | None,
+    path: str,
+    durable: bool,
+    added: tuple[dict[str, str], Extension] | None,
+) -> int:
+    """:func:`_write_checkpoint` from one walk of ``top``'s chain."""
     fields = declared_fields(config, top)
     pending: list[str] = []
     base: str | None = None
