@@ -49,6 +49,7 @@ LAYERS: dict[str, int] = {
     "tags": 7,
     "branches": 7,
     "ingest": 7,
+    "_forkserver_main": 7,  # the caller's main module, imported in ingest's fork server (stdlib only)
     "store": 8,
     "litstore": 9,  # the package itself: the public names
     # Tools on top of the public API.

@@ -27,16 +27,18 @@ and working directory as they are when ``ingest`` is called, as a spawned worker
 credentials, endpoints, ``CUDA_VISIBLE_DEVICES`` or tokens that ``fn`` reads follow the
 caller. Where the platform has it, workers are forked from multiprocessing's fork
 server, which is itself a fresh process (so this is as safe as ``spawn`` in a caller with
-threads) and imports litstore once for all the workers of every ingest of the calling
-process: a ``spawn`` worker spends about 0.6 s importing litstore, numpy, pyarrow and
-pandas before it does any work, paid again by every call, a fixed cost that no number of
-workers shortens. Elsewhere workers are spawned. Two consequences of the fork server:
-a variable read only when a library is imported (e.g. the BLAS thread count numpy reads
-from ``OMP_NUM_THREADS``) keeps the value it had when the fork server started; and
-starting the fork server is process-wide: a caller that uses the ``forkserver`` start
-method after an ingest gets this fork server, with litstore imported in it (the preload
-list the caller set is left as it was). ``num_workers=0`` runs everything in the calling
-process.
+threads) and imports litstore, and the caller's main script, once for all the workers of
+every ingest of the calling process: a ``spawn`` worker spends about 0.6 s importing
+litstore, numpy, pyarrow and pandas before it does any work, and runs the caller's script
+again (a script that imports torch: 1.5 s more), paid again by every call, a fixed cost
+that no number of workers shortens. Elsewhere workers are spawned. Three consequences of
+the fork server: a variable read only when a library is imported (e.g. the BLAS thread
+count numpy reads from ``OMP_NUM_THREADS``) keeps the value it had when the fork server
+started; the script's top-level code runs there once, not in each worker (what it
+imports stays resident in the fork server: with torch, ~600 MB); and starting the fork server
+is process-wide: a caller that uses the ``forkserver`` start method after an ingest gets
+this fork server, with litstore and its main script imported in it (the preload list the
+caller set is left as it was). ``num_workers=0`` runs everything in the calling process.
 
 ``Store.ingest`` calls this module, never the other way: what ingest uses of a store is
 the :class:`IngestTarget` protocol, and a worker reopens the store with the caller's
@@ -60,6 +62,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 import pydantic
 from tqdm.auto import tqdm
 
+from litstore import _forkserver_main
 from litstore.errors import IngestError, InvalidArgumentError, LitstoreError
 from litstore.txn import StagedFragment, discard
 from litstore.txn.change import check_arguments
@@ -91,10 +94,12 @@ _GRACE = 3.0
 _ORPHANED = 70
 
 #: What the fork server imports before it forks any worker, after what the caller asked it
-#: to preload (by default the caller's main module, which a spawned worker imports first):
-#: litstore's write path, and pandas, which pyarrow imports the first time it converts
-#: Python values (where pandas is not installed the fork server skips it).
-_PRELOAD = ("litstore.ingest", "litstore.store", "pandas")
+#: to preload: litstore's write path, pandas, which pyarrow imports the first time it
+#: converts Python values (where pandas is not installed the fork server skips it), and the
+#: caller's main module, which a spawned worker imports first (``"__main__"`` on the list
+#: asks for it, but multiprocessing does not before Python 3.14: see
+#: :mod:`litstore._forkserver_main`).
+_PRELOAD = ("litstore.ingest", "litstore.store", "pandas", "litstore._forkserver_main")
 
 #: Held while the process-wide preload list is changed and put back.
 _PRELOAD_LOCK = threading.Lock()
@@ -375,7 +380,9 @@ def _context() -> ForkServerContext | SpawnContext:
     """How worker processes are started: forked from the fork server where there is one, else spawned.
 
     The fork server is started here, if it is not running, with litstore added to the
-    modules it preloads; the process-wide preload list is then put back as it was.
+    modules it preloads, and the caller's main module imported there
+    (:mod:`litstore._forkserver_main`); the process-wide preload list is then put back as
+    it was.
     """
     if "forkserver" not in multiprocessing.get_all_start_methods():
         return multiprocessing.get_context("spawn")
@@ -384,9 +391,13 @@ def _context() -> ForkServerContext | SpawnContext:
         # multiprocessing has no getter for the list; its default is the caller's main module.
         previous = list(getattr(forkserver._forkserver, "_preload_modules", ["__main__"]))
         context.set_forkserver_preload([*previous, *(name for name in _PRELOAD if name not in previous)])
+        main = _forkserver_main.preparation()
+        if main is not None:
+            os.environ[_forkserver_main.ENVIRONMENT] = main  # (read once by the fork server as it starts)
         try:
             forkserver.ensure_running()
         finally:
+            os.environ.pop(_forkserver_main.ENVIRONMENT, None)
             context.set_forkserver_preload(previous)
     return context
 

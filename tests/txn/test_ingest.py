@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import multiprocessing
+import subprocess
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from datetime import timedelta
@@ -254,3 +257,61 @@ def test_a_schema_model_judges_the_records_fn_returns(make_store: Callable[..., 
     store = make_store(key="id", schema=_stopping.Sample)
     version = store.ingest(_stopping.objects_of, range(5), num_workers=0, progress=False)
     assert version.added == 5 and store["k0003"] == {"id": "k0003", "value": 3}
+
+
+_SCRIPT = """
+import os
+import sys
+
+import litstore
+
+with open(sys.argv[1], "a") as runs:  # one line each time this script runs
+    runs.write(f"{__name__} {os.getpid()}\\n")
+
+
+def made(i):
+    return {"id": f"k{i}", "by": __name__}
+
+{main}
+"""
+_GUARDED = """
+if __name__ == "__main__":
+    store = litstore.Store.create(sys.argv[2], key="id")
+    for start in (0, 100):
+        store.ingest(made, range(start, start + 100), num_workers=2)
+    print(len(store), sorted({store[f"k{i}"]["by"] for i in range(200)}))
+"""
+
+
+def _run_script(tmp_path: Path, main: str) -> tuple[subprocess.CompletedProcess[str], list[str]]:
+    script, runs = tmp_path / "ingest_script.py", tmp_path / "runs.txt"
+    script.write_text(_SCRIPT.replace("{main}", main))
+    done = subprocess.run(
+        [sys.executable, str(script), str(runs), str(tmp_path / "store")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+    )
+    return done, runs.read_text().splitlines()
+
+
+@pytest.mark.skipif("forkserver" not in multiprocessing.get_all_start_methods(), reason="workers are spawned here")
+def test_the_callers_script_runs_once_for_every_worker_of_every_ingest(tmp_path: Path) -> None:
+    """Workers find the caller's script imported by the fork server: it is not run again in each (a script that
+    imports torch paid 1.5 s a worker per ingest), and fn still comes from it."""
+    done, runs = _run_script(tmp_path, _GUARDED)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split("\n")[0] == "200 ['__mp_main__']"  # fn ran in the workers
+    names = sorted(line.split()[0] for line in runs)
+    assert names == ["__main__", "__mp_main__"], runs  # the caller, and the fork server: not 2 x 2 workers
+
+
+def test_a_script_without_the_main_guard_is_still_named(tmp_path: Path) -> None:
+    """The fork server cannot import a script that starts workers at its top level; each worker then runs it, as
+    a spawned one would, and the ingest fails with the error that says to guard it."""
+    litstore.Store.create(tmp_path / "store", key="id")
+    done, _ = _run_script(tmp_path, "litstore.open(sys.argv[2]).ingest(made, range(10), num_workers=2)\n")
+    assert done.returncode != 0
+    assert "IngestError" in done.stderr and "if __name__ == '__main__':" in done.stderr
+    assert len(litstore.open(tmp_path / "store")) == 0  # nothing committed
