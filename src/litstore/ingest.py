@@ -394,6 +394,8 @@ def _context() -> ForkServerContext | SpawnContext:
         main = _forkserver_main.preparation()
         if main is not None:
             os.environ[_forkserver_main.ENVIRONMENT] = main  # (read once by the fork server as it starts)
+        else:  # (no main module: nothing to import there, whatever this process inherited)
+            os.environ.pop(_forkserver_main.ENVIRONMENT, None)
         try:
             forkserver.ensure_running()
         finally:
