@@ -409,11 +409,7 @@ class _GroupReader:
         sidecars = ChunkHashes(reader.storage, reader.config, reader.version)
         for piece in self.pieces:
             if piece.rows is None or piece.contents is None:  # every live row, checked against the chunk's sidecar
-                # The sidecar first: its length (a file that is there) bounds the listed item count before
-                # anything is allocated by that count.
-                hashes = np.frombuffer(sidecars.of(piece.chunk, piece.num_items), np.uint8).reshape(-1, 16)
-                live = reader.deletions.live(piece.chunk, piece.num_items)
-                rows = np.arange(piece.num_items, dtype=np.int64) if live is None else live.astype(np.int64)
+                rows, hashes = reader.sidecar_rows(sidecars, piece.chunk, piece.num_items)
                 contents = hashes[rows]
             else:
                 rows, contents = piece.rows, piece.contents
@@ -428,23 +424,9 @@ class _GroupReader:
                 with encoded_media():  # media pass through Ray as litstore.Media: written back as their bytes
                     records = check.records(piece.chunk, part, cache.payloads(piece.chunk, part), expected)
                 if piece.keys is not None:
-                    _check_keys(self.number, piece.chunk, part, records, piece.keys[start : start + _BLOCK_ROWS], key)
+                    asked = piece.keys[start : start + _BLOCK_ROWS]
+                    check.keyed(piece.chunk, part.tolist(), records, asked, key, "the manifest or key index")
                 yield _table(records, self.columns)
-
-
-def _check_keys(number: int, chunk: str, rows: np.ndarray, records: list[Any], keys: list[Any], field: str) -> None:
-    """Each of ``records`` (at ``rows`` of ``chunk``) holds the key its row was read for, as a lookup checks: a
-    manifest row or key-index entry pointing at another key's record (hash and all) never passes as that key's.
-
-    Raises:
-        IntegrityError: one holds another key.
-    """
-    for row, record, key in zip(rows.tolist(), records, keys, strict=True):
-        if record.get(field) != key:
-            raise IntegrityError(
-                f"version {number} puts key {key!r} at chunk {chunk}, row {row}, which holds another record: "
-                "the version's manifest or key index is damaged; store.verify() checks it"
-            )
 
 
 def _plan(snapshot: Snapshot, split: str | None, where: str | None) -> list[_Piece]:

@@ -51,6 +51,12 @@ _NONE = np.empty(0, dtype=np.intp)
 _NONE.flags.writeable = False
 
 
+def asked_keys(keys: Sequence[Any], hits: np.ndarray) -> Callable[[np.ndarray], list[Any]]:
+    """For :meth:`RecordCheck.records`' ``keys``: the keys asked for at positions of a batch whose records are
+    those of ``keys[hits]`` (called only to name damaged ones)."""
+    return lambda positions: [keys[i] for i in hits[positions].tolist()]
+
+
 class RecordCheck:
     """Checks and decodes the records of one version, and names damaged ones; see the module docstring.
 
@@ -109,6 +115,31 @@ class RecordCheck:
             return codec.decode(payload, _PAYLOAD)
         except IntegrityError as exc:
             raise self.malformed(chunk, row, str(exc), key, checked=expected is not None) from exc
+
+    def keyed(
+        self, chunk: str, rows: Sequence[int], records: Sequence[Any], keys: Sequence[Any], key_field: str, by: str
+    ) -> None:
+        """Check that each of ``records`` (items ``rows`` of ``chunk``, checked and decoded) is a record holding
+        the key it was read for, ``keys``: a place that ``by`` (the key index, the manifest) gives a key, pointing
+        at another key's record, content hash and all, never passes as that key's record.
+
+        Raises:
+            DamagedRecordError: one is not a record (a dict).
+            IntegrityError: one has no ``key_field`` (the config names another field), or holds another key.
+        """
+        for row, record, key in zip(rows, records, keys, strict=True):
+            if not isinstance(record, dict):
+                raise self.malformed(chunk, row, f"a {type(record).__name__}, not a record (a dict)", key)
+            if key_field not in record:
+                raise IntegrityError(
+                    f"the record at chunk {chunk}, row {row}{self._of_version()} has no field {key_field!r}, which "
+                    "the store's config names as its key: the config or the record is damaged"
+                )
+            if record[key_field] != key:
+                raise IntegrityError(
+                    f"{by}{self._of_version()} points key {key!r} at chunk {chunk}, row {row}, which holds another "
+                    "record: it is damaged; store.verify() checks the version"
+                )
 
     def mismatch(self, chunk: str, rows: np.ndarray, keys: Sequence[Any] | None = None) -> DamagedRecordError:
         """The error for the records at ``rows`` of ``chunk`` whose bytes do not match their committed content hash."""

@@ -33,7 +33,7 @@ from litstore.format import hashing, keyrun
 from litstore.format import manifest as manifest_format
 from litstore.format.models import ExpiredVersion, StoreConfig, Version, declared_fields
 from litstore.read import chunkhashes, keyruns, listings, log
-from litstore.read.checked import RecordCheck
+from litstore.read.checked import RecordCheck, asked_keys
 from litstore.read.chunks import ChunkCache
 from litstore.read.deletions import Deletions
 from litstore.read.groups import by_chunk, chunk_order, chunk_runs
@@ -570,25 +570,12 @@ class VersionReader:
             for first in range(0, len(where), _CHECK_BATCH):
                 last = first + _CHECK_BATCH
                 payloads = self._cache.payloads(chunk, rows[first:last])
-                asked = _asked(keys, where[first:last])
+                asked = asked_keys(keys, where[first:last])
                 decoded = self._check.records(chunk, rows[first:last], payloads, contents[first:last], asked)
-                for position, row, record in zip(
-                    where[first:last].tolist(), rows[first:last].tolist(), decoded, strict=True
-                ):
-                    if not isinstance(record, dict):
-                        raise self._check.malformed(chunk, row, "it is not a record (a dict)", keys[position])
-                    if key_field not in record:  # every record holds its key: the config names another field
-                        raise IntegrityError(
-                            f"the record at chunk {chunk}, row {row} (version {self._version.number}) has no field "
-                            f"{key_field!r}, which the store's config names as its key: the config or the record is "
-                            "damaged"
-                        )
-                    if record[key_field] != keys[position]:
-                        raise IntegrityError(
-                            f"the key index of version {self._version.number} points key {keys[position]!r} at "
-                            f"chunk {chunk}, row {row}, which holds another record: the index is damaged; "
-                            "store.verify() checks the version"
-                        )
+                positions = where[first:last].tolist()
+                wanted = [keys[position] for position in positions]
+                self._check.keyed(chunk, rows[first:last].tolist(), decoded, wanted, key_field, "the key index")
+                for position, record in zip(positions, decoded, strict=True):
                     results[position] = record
         if default is MISSING and len(live) < len(keys):
             missing = [keys[i] for i in np.flatnonzero(status != keyruns.LIVE).tolist()]
@@ -621,7 +608,7 @@ class VersionReader:
             chunk = index.chunks[chunk_id]
             for first in range(start, end, _CHECK_BATCH):  # hashed, then decoded while still in cache
                 last = min(first + _CHECK_BATCH, end)
-                batch, asked = rows[first:last], _asked(keys, hits[first:last])
+                batch, asked = rows[first:last], asked_keys(keys, hits[first:last])
                 payloads = self._cache.payloads(chunk, batch)
                 records += self._check.records(chunk, batch, payloads, contents[first:last], asked)
         return records
@@ -730,6 +717,21 @@ class VersionReader:
                     list(self._keyed(chunk, batch, self._cache.payloads(chunk, batch), expected)),
                 )
 
+    def sidecar_rows(
+        self, sidecars: chunkhashes.ChunkHashes, chunk: str, num_items: int
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """The live rows of ``chunk``, listed with ``num_items`` items (int64, in row order), and the content hash
+        of each of its items from its hashes sidecar, ``(num_items, 16)``: what a read of every live record of
+        the chunk checks them against. The sidecar is read first: a file that is there, as long as the listed
+        item count, bounds that count before anything is sized by it.
+
+        Raises:
+            IntegrityError: the sidecar or the deletion vector is missing or damaged.
+        """
+        hashes = np.frombuffer(sidecars.of(chunk, num_items), dtype=np.uint8).reshape(-1, 16)
+        live = self.deletions.live(chunk, num_items)
+        return (np.arange(num_items, dtype=np.int64) if live is None else live.astype(np.int64)), hashes
+
     def check_live_counts(self, split: str | None = None) -> None:
         """Each split's chunks (or ``split``'s), less their dead rows, hold as many rows as the version has records,
         and none is listed with no live row (reads nothing).
@@ -773,9 +775,7 @@ class VersionReader:
         for split, chunk in listed:
             held = self._cache.holds(chunk.filename)
             self._cache.read_through(chunk.filename)
-            hashes = np.frombuffer(sidecars.of(chunk.filename, chunk.num_items), dtype=np.uint8).reshape(-1, 16)
-            live = self.deletions.live(chunk.filename, chunk.num_items)
-            rows = np.arange(chunk.num_items, dtype=np.int64) if live is None else live.astype(np.int64)
+            rows, hashes = self.sidecar_rows(sidecars, chunk.filename, chunk.num_items)
             for start in range(0, len(rows), _DECODE_BATCH):
                 batch = rows[start : start + _DECODE_BATCH]
                 payloads = self._cache.payloads(chunk.filename, batch)
@@ -863,8 +863,3 @@ def _identities(keys: list[Any], key_type: str) -> list[bytes]:
         except UnicodeEncodeError:  # a lone surrogate: encoded with surrogatepass
             pass
     return list(map(hashing.key_bytes, keys))
-
-
-def _asked(keys: list[Any], hits: np.ndarray) -> Callable[[np.ndarray], list[Any]]:
-    """The keys asked for at positions of a batch whose records are ``keys[hits]`` (to name damaged ones)."""
-    return lambda positions: [keys[i] for i in hits[positions].tolist()]

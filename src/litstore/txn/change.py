@@ -32,6 +32,7 @@ from litstore.errors import SHOWN_CULPRITS, IntegrityError, InvalidArgumentError
 from litstore.format import fields as field_format
 from litstore.format import hashing
 from litstore.format.models import Operation, check_message, check_metadata
+from litstore.read.checked import asked_keys
 from litstore.read.groups import by_chunk
 from litstore.read.keyindex import content_matrix
 from litstore.read.keyruns import has_key_index
@@ -302,17 +303,12 @@ def _values(
         held = head.chunk_cache.holds(chunk)
         payloads = head.chunk_cache.payloads(chunk, places)
         # Damaged records are named by the part's keys: the manifest is not composed for it.
-        records = head.check.records(chunk, places, payloads, contents[positions], _asked(keys, positions))
+        records = head.check.records(chunk, places, payloads, contents[positions], asked_keys(keys, positions))
         if not held:  # mapped for this part only: a walk of every record must not keep every chunk mapped
             head.chunk_cache.release(chunk)
-        for at, row, record in zip(positions.tolist(), places.tolist(), records, strict=True):
-            if not isinstance(record, dict):
-                raise head.check.malformed(chunk, row, f"a {type(record).__name__}, not a dict", keys[at])
-            if key_field not in record or record[key_field] != keys[at]:
-                raise IntegrityError(
-                    f"the manifest of version {head.version.number} puts key {keys[at]!r} at chunk {chunk}, row "
-                    f"{row}, which holds another record: the version is damaged; store.verify() checks it"
-                )
+        ats = positions.tolist()
+        head.check.keyed(chunk, places.tolist(), records, [keys[at] for at in ats], key_field, "the manifest")
+        for at, record in zip(ats, records, strict=True):
             for name, type_name in new.items():
                 value, reason = field_format.check_value(record.get(name), type_name)
                 if reason is not None:
@@ -324,11 +320,6 @@ def _values(
     failed.sort()
     problems.extend((first + at, keys[at], detail) for at, detail in failed)
     return values
-
-
-def _asked(keys: list[Any], positions: np.ndarray) -> Callable[[np.ndarray], list[Any]]:
-    """The keys of the rows at ``positions`` of a part, picked by the places of damaged records among them."""
-    return lambda damaged: [keys[at] for at in positions[damaged].tolist()]
 
 
 #: Every change a commit publishes.
