@@ -391,15 +391,10 @@ def _context() -> ForkServerContext | SpawnContext:
         # multiprocessing has no getter for the list; its default is the caller's main module.
         previous = list(getattr(forkserver._forkserver, "_preload_modules", ["__main__"]))
         context.set_forkserver_preload([*previous, *(name for name in _PRELOAD if name not in previous)])
-        main = _forkserver_main.preparation()
-        if main is not None:
-            os.environ[_forkserver_main.ENVIRONMENT] = main  # (read once by the fork server as it starts)
-        else:  # (no main module: nothing to import there, whatever this process inherited)
-            os.environ.pop(_forkserver_main.ENVIRONMENT, None)
         try:
-            forkserver.ensure_running()
+            with _forkserver_main.handed_over():
+                forkserver.ensure_running()
         finally:
-            os.environ.pop(_forkserver_main.ENVIRONMENT, None)
             context.set_forkserver_preload(previous)
     return context
 
